@@ -1,0 +1,76 @@
+// CostModel: what one micro-batch costs on one pipeline stage, in time and memory.
+//
+// The seam between the planner and the hardware. Two implementations:
+//   analytic  ("analytic:<device>")  FLOPs and bytes at a shape-dependent efficiency;
+//   profiled  (a profile JSON file)  measured per-layer tables, interpolated.
+// Both are built for a fixed stage layout (num_stages, layer assignment), so
+// stage_cost() answers per stage. Thread-safe for concurrent const calls.
+//
+//   CostModelOptions options{.num_stages = 4};
+//   auto model = make_cost_model("analytic:a100-40g", spec, options);
+//   StageCost c = model->stage_cost(0, {.batch = 4, .seqlen = 512}, {}, Recompute::None);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dynapipe/core/microbatch.h"
+#include "dynapipe/core/model_kind.h"
+#include "dynapipe/cost/device_spec.h"
+#include "dynapipe/cost/model_spec.h"
+
+namespace dynapipe {
+
+struct StageCost {
+  double fwd_ms = 0;            // forward
+  double bwd_ms = 0;            // full backward, including any recomputation
+  double bwd_input_ms = 0;      // backward to the input only (zero-bubble "I")
+  double bwd_weight_ms = 0;     // backward to the weights only (zero-bubble "W")
+  std::int64_t stored_bytes = 0;  // activations kept from F until B (I for split backward)
+  std::int64_t peak_bytes = 0;    // transient working memory on top of stored, during F or B
+  std::int64_t output_bytes = 0;  // activation sent to the next stage (= gradient sent back)
+};
+
+struct CostModelOptions {
+  int num_stages = 1;     // pipeline stages the layers are split over (virtual stages when interleaved)
+  int zero_shards = 1;    // ZeRO-1 shard factor for optimizer states (the data-parallel degree), >= 1
+  int seqlen_multiple = 8;  // shapes are rounded up to this before costing; >= 1
+  void validate() const;
+};
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  CostModel(const CostModel&) = delete;
+  CostModel& operator=(const CostModel&) = delete;
+
+  virtual const ModelSpec& model() const = 0;
+  virtual const DeviceSpec& device() const = 0;
+  virtual const std::vector<StageLayers>& stages() const = 0;
+  int num_stages() const { return static_cast<int>(stages().size()); }
+
+  // Cost of one micro-batch of `shape` on `stage`. Never throws for valid shapes; a
+  // shape outside a profile's grid is extrapolated (see docs/profile-format.md).
+  virtual StageCost stage_cost(int stage, const MicroBatchShape& shape,
+                               const AttentionDensity& density, Recompute recompute) const = 0;
+  // Parameters + gradients + optimizer states held by `stage` for the whole run.
+  virtual std::int64_t static_bytes(int stage) const = 0;
+  // One point-to-point message of `bytes` between neighbouring stages.
+  virtual double p2p_ms(std::int64_t bytes) const;
+  // Ring all-reduce of `bytes` over `replicas` data-parallel replicas (0 for 1 replica).
+  virtual double allreduce_ms(std::int64_t bytes, int replicas) const;
+  // "analytic:a100-40g" or "profile:<path>", for plan configs and reports.
+  virtual std::string describe() const = 0;
+
+ protected:
+  CostModel() = default;
+};
+
+// `spec` is "analytic:<device preset>" or the path of a profile JSON. Throws NotFound /
+// ParseError / InvalidArgument naming the spec.
+std::unique_ptr<CostModel> make_cost_model(const std::string& spec, const ModelSpec& model,
+                                           const CostModelOptions& options);
+
+}  // namespace dynapipe

@@ -1,0 +1,81 @@
+// ExecutionPlan: everything the planner decided for a run, as written to --out
+// (docs/plan-format.md) and as executors read it, one IterationPlan at a time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dynapipe/core/microbatch.h"
+#include "dynapipe/core/model_kind.h"
+#include "dynapipe/core/sample.h"
+#include "dynapipe/cost/model_spec.h"
+#include "dynapipe/plan/instruction.h"
+#include "dynapipe/schedule/pipeline.h"
+
+namespace dynapipe {
+
+// Every input that shaped the plan.
+struct PlanConfig {
+  ModelSpec model;
+  std::string samples_path;
+  std::string strategy = "dynapipe";
+  std::string schedule = "auto";
+  std::string cost_model = "analytic:a100-40g";
+  int pp = 1;
+  int dp = 1;
+  int chunks = 1;  // virtual stages per device chosen for interleaved schedules
+  std::int64_t max_seqlen = 0;
+  std::int64_t max_target_len = 0;
+  std::int64_t global_batch_tokens = 0;
+  double memory_limit_gib = 0;
+  int seqlen_multiple = 8;
+  std::uint64_t seed = 0;
+  std::int64_t iterations = 0;  // 0 = all
+  friend bool operator==(const PlanConfig&, const PlanConfig&) = default;
+};
+
+struct MicroBatchEstimate {
+  std::vector<double> fwd_ms;                  // [stage]
+  std::vector<double> bwd_ms;                  // [stage]
+  std::vector<std::int64_t> activation_bytes;  // [stage] stored activations
+  friend bool operator==(const MicroBatchEstimate&, const MicroBatchEstimate&) = default;
+};
+
+struct ReplicaPlan {
+  std::vector<MicroBatch> microbatches;
+  std::vector<MicroBatchEstimate> estimates;   // parallel to microbatches
+  std::string schedule;                        // e.g. "wait-free-cyclic"
+  Recompute recompute = Recompute::None;
+  double est_iteration_ms = 0;
+  std::vector<std::int64_t> est_peak_memory_bytes;  // [device]
+  std::vector<TimedOp> timeline;
+  std::vector<ExecutorProgram> executors;      // one per device of this replica
+};
+
+struct IterationPlan {
+  std::int64_t index = 0;
+  std::vector<SampleId> sample_ids;
+  std::vector<SampleId> truncated_ids;
+  std::vector<ReplicaPlan> replicas;
+  double est_iteration_ms = 0;    // the slowest replica
+  double padding_efficiency = 0;  // real tokens / tokens computed
+  double planning_ms = 0;
+};
+
+struct PlanSummary {
+  std::int64_t iterations = 0;
+  double mean_est_iteration_ms = 0;
+  double est_tokens_per_s = 0;
+  double padding_efficiency = 0;
+  double mean_planning_ms = 0;
+  double p99_planning_ms = 0;
+};
+
+struct ExecutionPlan {
+  PlanConfig config;
+  std::vector<IterationPlan> iterations;
+  PlanSummary summary;
+};
+
+}  // namespace dynapipe

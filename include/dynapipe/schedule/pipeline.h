@@ -1,0 +1,83 @@
+// The vocabulary of pipeline scheduling: a PipelineProblem (per-micro-batch, per-stage
+// costs + memory), a ScheduleOrder (the compute ops each device runs, in order) and a
+// SimResult (what the event simulator says that order costs).
+//
+// Stages are *virtual* stages: with `chunks` > 1 (interleaved schedules) device d holds
+// virtual stages d, d + D, d + 2D, ... (Megatron's layout). Without interleaving stage ==
+// device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dynapipe/cost/cost_model.h"
+
+namespace dynapipe {
+
+// Timeline op kinds; spelled as in the plan JSON. Part of plan format v1: never renumber.
+enum class OpKind : std::uint8_t {
+  F = 0,  // forward
+  B = 1,  // full backward
+  I = 2,  // backward to the input (zero-bubble)
+  W = 3,  // backward to the weights (zero-bubble)
+};
+char op_kind_letter(OpKind kind);
+
+struct PipelineOp {
+  int mb = 0;     // micro-batch id within the replica
+  int stage = 0;  // virtual stage
+  OpKind kind = OpKind::F;
+  friend bool operator==(const PipelineOp&, const PipelineOp&) = default;
+};
+
+struct PipelineLayout {
+  int num_devices = 1;  // pipeline-parallel degree
+  int chunks = 1;       // virtual stages per device (> 1 only for interleaved)
+  int num_stages() const { return num_devices * chunks; }
+  int device_of(int stage) const { return stage % num_devices; }
+};
+
+struct PipelineProblem {
+  PipelineLayout layout;
+  std::vector<std::vector<StageCost>> costs;  // [mb][virtual stage]
+  std::vector<std::int64_t> static_bytes;     // [device]: parameters, grads, optimizer
+  std::int64_t memory_limit_bytes = 0;        // per device; 0 = unlimited
+  double link_latency_ms = 0;                 // p2p time = latency + bytes / bandwidth
+  double link_bandwidth_gbs = 0;              // 0 = communication is free
+  int num_microbatches() const { return static_cast<int>(costs.size()); }
+  double p2p_ms(std::int64_t bytes) const;
+};
+
+struct ScheduleOrder {
+  std::vector<std::vector<PipelineOp>> device_ops;  // [device] -> ops in execution order
+};
+
+struct TimedOp {
+  PipelineOp op;
+  int device = 0;
+  double start_ms = 0, end_ms = 0;
+};
+
+// One activation (forward) or gradient (backward) message between two stages on
+// different devices. `send_ms` is when the producing op ends; `arrive_ms` when the data
+// is at the consumer.
+struct Transfer {
+  int mb = 0;
+  int from_stage = 0, to_stage = 0;
+  int from_device = 0, to_device = 0;
+  bool is_grad = false;
+  std::int64_t bytes = 0;
+  double send_ms = 0, arrive_ms = 0;
+};
+
+struct SimResult {
+  double makespan_ms = 0;
+  std::vector<TimedOp> timeline;             // every compute op, sorted by (start, device)
+  std::vector<Transfer> transfers;           // sorted by (send_ms, from_device, to_device)
+  std::vector<double> busy_ms;               // [device] compute time
+  std::vector<std::int64_t> peak_memory_bytes;  // [device], static included
+  bool fits_memory = true;                   // every device's peak <= memory limit
+};
+
+}  // namespace dynapipe

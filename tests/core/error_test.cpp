@@ -1,0 +1,48 @@
+#include "dynapipe/core/error.h"
+
+#include <gtest/gtest.h>
+
+#include "dynapipe/core/model_kind.h"
+#include "dynapipe/core/units.h"
+
+namespace dynapipe {
+namespace {
+
+TEST(ErrorTest, BadInputKindsExitTwoOthersExitOne) {
+  EXPECT_EQ(exit_code(ErrorKind::InvalidArgument), 2);
+  EXPECT_EQ(exit_code(ErrorKind::ParseError), 2);
+  EXPECT_EQ(exit_code(ErrorKind::Infeasible), 2);
+  EXPECT_EQ(exit_code(ErrorKind::Timeout), 1);
+  EXPECT_EQ(exit_code(ErrorKind::Internal), 1);
+}
+
+TEST(ErrorTest, CheckThrowsInternalWithMessage) {
+  try {
+    DYNAPIPE_CHECK(1 + 1 == 3, cat("arithmetic is off by ", 1));
+    FAIL() << "DYNAPIPE_CHECK did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Internal);
+    EXPECT_NE(std::string(e.what()).find("arithmetic is off by 1"), std::string::npos);
+  }
+}
+
+TEST(StringsTest, SplitKeepsEmptyFields) {
+  EXPECT_EQ(split("a,,b", ','), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(join(std::vector<int>{1, 2, 3}, "-"), "1-2-3");
+}
+
+TEST(UnitsTest, RoundUp) {
+  EXPECT_EQ(round_up(0, 8), 0);
+  EXPECT_EQ(round_up(1, 8), 8);
+  EXPECT_EQ(round_up(16, 8), 16);
+}
+
+TEST(ModelKindTest, RecomputeNamesRoundTrip) {
+  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    EXPECT_EQ(parse_recompute(recompute_name(r)), r);
+  }
+  EXPECT_FALSE(parse_recompute("sometimes").has_value());
+}
+
+}  // namespace
+}  // namespace dynapipe
