@@ -1,0 +1,46 @@
+// Planner: GlobalBatch -> IterationPlan. The one entry point the CLI, the runtime and
+// the Python bindings call.
+//
+// For each global batch: split across replicas and into micro-batches (batching/),
+// choose schedule x recompute by simulation (schedule/), lower to per-executor
+// instruction lists and verify them (plan/). Deterministic: the same config and batch
+// give the same plan bytes. plan_iteration() is const and thread-safe, so planning
+// workers can run ahead of training on several threads.
+//
+//   Planner planner(config);                       // throws on a bad config
+//   IterationPlan it = planner.plan_iteration(batch);
+#pragma once
+
+#include <memory>
+
+#include "dynapipe/core/sample.h"
+#include "dynapipe/cost/cost_model.h"
+#include "dynapipe/plan/execution_plan.h"
+
+namespace dynapipe {
+
+class Planner {
+ public:
+  // Validates the config (throws InvalidArgument/NotFound/Infeasible naming the value),
+  // builds the cost model.
+  explicit Planner(const PlanConfig& config);
+  ~Planner();
+  Planner(const Planner&) = delete;
+  Planner& operator=(const Planner&) = delete;
+
+  const PlanConfig& config() const;
+  const CostModel& cost_model() const;
+
+  // Plans one iteration. Throws Infeasible (naming micro-batch, stage and bytes) when no
+  // schedule x recompute fits the memory limit.
+  IterationPlan plan_iteration(const GlobalBatch& batch) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Summary over planned iterations (means, p99 planning time, tokens/s).
+PlanSummary summarize(const std::vector<IterationPlan>& iterations);
+
+}  // namespace dynapipe
