@@ -13,38 +13,74 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// t([i, j)) for every segment of `seq` that fits under `rule`. A row stops at the first
-// segment that does not fit: memory is assumed non-decreasing in batch and lengths, and
-// [i, j+1) is never smaller than [i, j) in any dimension.
-// Complexity: O(Σ_i window(i)) cache lookups; cost-model calls only for new shapes.
-SegmentTable build_segment_table(std::span<const Sample> samples,
-                                 std::span<const std::size_t> seq, ModelKind kind,
-                                 std::int64_t seqlen_multiple, ShapeCosts& costs,
-                                 MemoryRule rule) {
-  const int n = static_cast<int>(seq.size());
-  std::vector<std::int64_t> enc(seq.size()), dec(seq.size());
-  for (int k = 0; k < n; ++k) {
-    const ModelLengths lengths = model_lengths(samples[seq[k]], kind);
-    enc[k] = round_up(lengths.enc, seqlen_multiple);
-    dec[k] = round_up(lengths.dec, seqlen_multiple);
-  }
-  SegmentTable table(n);
-  for (int i = 0; i < n; ++i) {
-    std::int64_t max_enc = enc[i], max_dec = dec[i];
-    ShapeCosts::Row* row = costs.row(max_enc, max_dec);
-    for (int j = i; j < n; ++j) {
-      if (enc[j] > max_enc || dec[j] > max_dec) {
-        max_enc = std::max(max_enc, enc[j]);
-        max_dec = std::max(max_dec, dec[j]);
-        row = costs.row(max_enc, max_dec);
-      }
-      const ShapeCost& cost = costs.get(row, max_enc, max_dec, j - i + 1);
-      if (!cost.fits(rule)) break;
-      table.push(i, cost.time_ms);
+// Times of the segments [i, j) of an ordered sequence that fit under `rule`, row by row.
+// A row stops at the first segment that does not fit, exceeds the time cap or the item
+// cap: time and memory are assumed non-decreasing in batch and lengths (true of the
+// analytic and profiled models), and [i, j+1) is never smaller than [i, j).
+// Complexity: O(window(i)) cache lookups per row; cost-model calls only for new shapes.
+class SegmentScanner {
+ public:
+  SegmentScanner(std::span<const Sample> samples, std::span<const std::size_t> seq,
+                 ModelKind kind, std::int64_t seqlen_multiple, ShapeCosts& costs,
+                 MemoryRule rule)
+      : costs_(costs), rule_(rule), enc_(seq.size()), dec_(seq.size()) {
+    for (std::size_t k = 0; k < seq.size(); ++k) {
+      const ModelLengths lengths = model_lengths(samples[seq[k]], kind);
+      enc_[k] = round_up(lengths.enc, seqlen_multiple);
+      dec_[k] = round_up(lengths.dec, seqlen_multiple);
     }
   }
-  return table;
-}
+
+  int size() const { return static_cast<int>(enc_.size()); }
+
+  // Calls emit(count, time_ms) for count = 1, 2, ... while the segment qualifies.
+  template <typename Emit>
+  void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
+    const int end = static_cast<int>(std::min<std::int64_t>(size(), std::int64_t{i} + max_count));
+    std::int64_t max_enc = enc_[i], max_dec = dec_[i];
+    ShapeCosts::Row* row = costs_.row(max_enc, max_dec);
+    for (int j = i; j < end; ++j) {
+      if (enc_[j] > max_enc || dec_[j] > max_dec) {
+        max_enc = std::max(max_enc, enc_[j]);
+        max_dec = std::max(max_dec, dec_[j]);
+        row = costs_.row(max_enc, max_dec);
+      }
+      const ShapeCost& cost = costs_.get(row, max_enc, max_dec, j - i + 1);
+      if (!cost.fits(rule_) || cost.time_ms > cap_ms) break;
+      emit(j - i + 1, cost.time_ms);
+    }
+  }
+
+  SegmentTable table(int max_count = std::numeric_limits<int>::max(), double cap_ms = kInf) {
+    SegmentTable out(size());
+    std::int64_t segments = 0;  // counted first: growing the table costs more (page faults)
+    for (int i = 0; i < size(); ++i) scan_row(i, max_count, cap_ms, [&](int, double) { ++segments; });
+    out.reserve(segments);
+    for (int i = 0; i < size(); ++i) {
+      scan_row(i, max_count, cap_ms, [&](int, double t) { out.push(i, t); });
+    }
+    return out;
+  }
+
+  // min Σ t over partitions into qualifying segments (+inf if none), without storing
+  // the table: a forward DP that consumes each row as it is scanned.
+  double min_sum(double cap_ms) {
+    std::vector<double> f(enc_.size() + 1, kInf);
+    f[0] = 0;
+    for (int i = 0; i < size(); ++i) {
+      if (f[i] == kInf) continue;
+      scan_row(i, std::numeric_limits<int>::max(), cap_ms, [&](int count, double t) {
+        f[i + count] = std::min(f[i + count], f[i] + t);
+      });
+    }
+    return f.back();
+  }
+
+ private:
+  ShapeCosts& costs_;
+  MemoryRule rule_;
+  std::vector<std::int64_t> enc_, dec_;  // rounded model lengths in sequence order
+};
 
 std::vector<MicroBatch> cut(std::span<const Sample> samples, std::span<const std::size_t> seq,
                             const std::vector<int>& starts, const BatchingOptions& options) {
@@ -68,17 +104,63 @@ PartitionOptions partition_options(const BatchingOptions& options, double sum_we
           .incumbent_ms = options.min_tmax_interval_ms > 0 ? kInf : incumbent_ms};
 }
 
+// The exact DP over one ordered sequence, on a segment table pruned by time. With an
+// upper bound U on the optimum (the incumbent, or the optimum over short segments only,
+// which is cheap), a segment of time t can only be in a partition P of objective <= U if
+//   (w + p − 1)·t <= U                         (t <= max(P) and t <= Σ(P)), and
+//   t <= (U − w·F) / (p − 1)                   (t <= max(P), Σ(P) >= F),
+// where F = min Σ over the segments passing the first test, found by a DP that does not
+// store the table. Only segments passing both are stored and searched, so the result is
+// the exact optimum. p = 1: F is the optimum itself but its partition is needed, so the
+// first test alone prunes. The thinned (reference) search needs every segment time.
+Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t> seq,
+                         ShapeCosts& costs, MemoryRule rule, double weight,
+                         double incumbent_ms) {
+  constexpr int kMaxProbeWindow = 32;
+  constexpr double kSlack = 1 + 1e-9;  // rounding: a segment exactly at a bound stays in
+  const BatchingOptions& options = input.options;
+  const PartitionOptions partition = partition_options(options, weight, incumbent_ms);
+  SegmentScanner scanner(input.samples, seq, options.kind, options.seqlen_multiple, costs, rule);
+  if (options.min_tmax_interval_ms > 0) return solve_partition(scanner.table(), partition);
+
+  // A sample that does not fit alone is in no segment that fits (monotone memory).
+  for (int i = 0; i < scanner.size(); ++i) {
+    bool alone_fits = false;
+    scanner.scan_row(i, 1, kInf, [&](int, double) { alone_fits = true; });
+    if (!alone_fits) return Partition{};
+  }
+  const int slope = options.num_stages - 1;
+  Partition probe;
+  double bound = incumbent_ms;
+  const int probe_window = std::clamp(scanner.size() / 4, 1, kMaxProbeWindow);
+  if (scanner.size() > probe_window) {
+    probe = solve_partition(scanner.table(probe_window, bound * kSlack / (weight + slope)),
+                            partition);
+    if (probe.found) bound = probe.objective_ms;
+  }
+  double cap_ms = bound * kSlack / (weight + slope);
+  if (slope > 0 && bound < kInf) {
+    const double min_sum = scanner.min_sum(cap_ms);
+    if (min_sum == kInf) return probe;  // nothing fits, or nothing beats the incumbent
+    cap_ms = std::min(cap_ms, (bound - weight * min_sum + (kSlack - 1) * bound) / slope);
+  }
+  Partition best = solve_partition(scanner.table(std::numeric_limits<int>::max(), cap_ms),
+                                   partition);
+  // The pruned table holds the probe's segments when costs are monotone; if they are
+  // not, keep the better of the two.
+  if (probe.found && (!best.found || probe.objective_ms < best.objective_ms)) return probe;
+  return best;
+}
+
 // One DP over all samples with objective Σt/dp + (p−1)·max t, then Karmarkar–Karp.
 std::optional<Candidate> split_microbatches(const StrategyInput& input, ShapeCosts& costs,
                                             MemoryRule rule, double incumbent_ms) {
   const BatchingOptions& options = input.options;
-  const SegmentTable table = build_segment_table(input.samples, input.order, options.kind,
-                                                 options.seqlen_multiple, costs, rule);
   // With dp > 1 the DP objective only estimates the replicas' objective (it can be above
   // or below it), so another mode's result cannot prune this search.
   const double weight = 1.0 / options.dp;
-  const Partition partition = solve_partition(
-      table, partition_options(options, weight, options.dp == 1 ? incumbent_ms : kInf));
+  const Partition partition = solve_sequence(input, input.order, costs, rule, weight,
+                                             options.dp == 1 ? incumbent_ms : kInf);
   if (!partition.found) return std::nullopt;
   std::vector<MicroBatch> microbatches = cut(input.samples, input.order, partition.starts, options);
 
@@ -112,10 +194,8 @@ std::optional<Candidate> split_samples(const StrategyInput& input, ShapeCosts& c
   Candidate candidate;
   candidate.replicas.resize(dp);
   for (std::size_t r = 0; r < dp; ++r) {
-    const SegmentTable table = build_segment_table(input.samples, shards[r], options.kind,
-                                                   options.seqlen_multiple, costs, rule);
     // Each replica's objective is a lower bound of the maximum: the incumbent prunes.
-    const Partition partition = solve_partition(table, partition_options(options, 1.0, incumbent_ms));
+    const Partition partition = solve_sequence(input, shards[r], costs, rule, 1.0, incumbent_ms);
     if (!partition.found) return std::nullopt;
     candidate.replicas[r] = cut(input.samples, shards[r], partition.starts, options);
   }

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "batching/random_batches.h"
+#include "dynapipe/batching/ordering.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
 #include "support/fake_cost_model.h"
@@ -405,6 +406,66 @@ TEST(BatchingPropertyTest, EveryStrategyCoversFitsAndIsDeterministic) {
   }
   EXPECT_GT(compared_padding, 1000);
   EXPECT_GT(compared_token, 300);
+}
+
+// End to end, one replica: the DynaPipe result equals the best over every cut set of the
+// sorted order, every recompute mode, under the first memory rule that admits any.
+TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
+  int checked = 0;
+  for (std::uint64_t seed = 1; seed <= 400; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.dp = 1;
+    c.batch.samples.resize(std::min<std::size_t>(c.batch.samples.size(), 11));
+    const FakeCostModel model(c.params);
+    BatchingResult got;
+    try {
+      got = make_microbatches(c.batch, model, c.options);
+    } catch (const Error& e) {
+      ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
+      continue;
+    }
+    const std::vector<std::size_t> order = order_samples(
+        c.batch.samples, c.options.kind, c.options.kind == ModelKind::T5 ? 64 : 1);
+    const int n = static_cast<int>(order.size()), p = c.options.num_stages;
+    double expected = std::numeric_limits<double>::infinity();
+    for (bool one_in_flight : {false, true}) {
+      for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+        for (std::uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
+          std::vector<double> times;
+          bool fits = true;
+          for (int begin = 0; begin < n && fits;) {
+            int end = begin + 1;
+            while (end < n && !(mask & (1u << (end - 1)))) ++end;
+            std::vector<std::size_t> members(order.begin() + begin, order.begin() + end);
+            std::int64_t enc = 0, dec = 0;
+            for (std::size_t k : members) {
+              const Sample& s = c.batch.samples[k];
+              enc = std::max<std::int64_t>(enc, c.options.kind == ModelKind::Gpt ? s.input_len + s.target_len : s.input_len);
+              dec = std::max<std::int64_t>(dec, c.options.kind == ModelKind::Gpt ? 0 : s.target_len + 1);
+            }
+            MicroBatch mb;
+            mb.shape = {static_cast<std::int64_t>(members.size()), round_up(enc, 8), round_up(dec, 8)};
+            for (int s = 0; s < p && c.options.memory_limit_bytes > 0; ++s) {
+              const StageCost cost = model.stage_cost(s, mb.shape, {}, rc);
+              const std::int64_t k_s = one_in_flight ? 1 : p - s;
+              fits = fits && model.static_bytes(s) + k_s * cost.stored_bytes + cost.peak_bytes <=
+                                 c.options.memory_limit_bytes;
+            }
+            times.push_back(microbatch_time_ms(model, mb, rc));
+            begin = end;
+          }
+          if (fits) expected = std::min(expected, pipeline_objective_ms(times, p));
+        }
+      }
+      if (expected < std::numeric_limits<double>::infinity()) {
+        ASSERT_EQ(got.one_in_flight, one_in_flight) << "seed " << seed;
+        break;
+      }
+    }
+    ASSERT_NEAR(got.objective_ms, expected, 1e-9 * std::max(1.0, expected)) << "seed " << seed;
+    ++checked;
+  }
+  EXPECT_GT(checked, 300);
 }
 
 TEST(BatchingPropertyTest, AutoReplicaSplitIsTheBetterOfBoth) {

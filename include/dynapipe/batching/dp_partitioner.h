@@ -36,6 +36,8 @@ class SegmentTable {
   explicit SegmentTable(int size = 0);
 
   int size() const { return size_; }
+  // Capacity for `segments` times in all, to fill without reallocating.
+  void reserve(std::int64_t segments) { time_ms_.reserve(static_cast<std::size_t>(segments)); }
   // Appends t([start, start + window(start) + 1)). REQUIRES: rows are filled in order of
   // start (a row may be left empty); start + window(start) < size; time_ms is not NaN.
   void push(int start, double time_ms);
