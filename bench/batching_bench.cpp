@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "dynapipe/batching/batching.h"
 #include "dynapipe/core/rng.h"
@@ -123,6 +124,28 @@ void BM_Batching_DynaPipe(benchmark::State& state) {
 BENCHMARK(BM_Batching_DynaPipe)
     ->ArgsProduct({{16384, 65536, 262144}, {4, 8}, {1, 0}})
     ->Unit(benchmark::kMillisecond);
+
+// dp replicas: the time of each split and, in counters, the objectives of both splits
+// and of the strategies' baselines on the same batch (ms).
+void BM_Batching_ReplicaSplit(benchmark::State& state) {
+  const int dp = static_cast<int>(state.range(0));
+  const Gpt67bLikeCostModel model(4);
+  const GlobalBatch batch = flan_like_batch(65536 * dp, 11);
+  BatchingOptions options{.num_stages = 4, .dp = dp, .memory_limit_bytes = 40 * kGiB,
+                          .max_seqlen = 2048};
+  for (auto _ : state) benchmark::DoNotOptimize(make_microbatches(batch, model, options));
+  options.replica_split = ReplicaSplit::Microbatches;
+  state.counters["by_microbatches"] = make_microbatches(batch, model, options).objective_ms;
+  options.replica_split = ReplicaSplit::Samples;
+  state.counters["by_samples"] = make_microbatches(batch, model, options).objective_ms;
+  options.replica_split = ReplicaSplit::Auto;
+  for (Strategy s : {Strategy::Padding, Strategy::Packing, Strategy::PackingVarlen,
+                     Strategy::TokenBased}) {
+    options.strategy = s;
+    state.counters[std::string(strategy_name(s))] = make_microbatches(batch, model, options).objective_ms;
+  }
+}
+BENCHMARK(BM_Batching_ReplicaSplit)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond);
 
 // Scaling with N at p = 4, 40 GiB.
 void BM_Batching_DynaPipeScaling(benchmark::State& state) {
