@@ -60,7 +60,7 @@ LayerCost encoder_layer_cost(const LayerCoefficients& c, double b, double s, dou
   const double dense_flops = 2 * n * (4 * h * k + 2 * h * f);  // QKV, proj, fc1, fc2
   const double attention_flops = 4 * b * s * s * k * density;  // QK^T and AV
   const double dense_ms = matmul_ms(c, dense_flops, n);
-  const double attention_ms = matmul_ms(c, attention_flops, n);
+  const double attention_ms = matmul_ms(c, attention_flops, n) * c.attention_slowdown;
   // LN x2, dropout+residual x2 (with 1-byte masks), GELU; softmax + dropout over scores.
   const double elementwise_bytes = n * h * (10 * e + 2) + 2 * e * n * f + (4 * e + 1) * scores;
   const double attention_core_bytes = (4 * e + 1) * scores;
@@ -110,7 +110,8 @@ LayerCost decoder_layer_cost(const LayerCoefficients& c, double b, double se, do
   // Self QKV + proj (4hk), cross Q + proj (2hk), MLP (2hf) over decoder tokens; cross K, V
   // (2hk) over encoder tokens.
   const double dense_ms = matmul_ms(c, 2 * nd * (6 * h * k + 2 * h * f), nd) + matmul_ms(c, 2 * ne * 2 * h * k, ne);
-  const double attention_ms = matmul_ms(c, 4 * b * k * (sd * sd * self_density + sd * se * cross_density), nd);
+  const double attention_ms =
+      matmul_ms(c, 4 * b * k * (sd * sd * self_density + sd * se * cross_density), nd) * c.attention_slowdown;
   const double elementwise_bytes = nd * h * (15 * e + 3) + 2 * e * nd * f + (4 * e + 1) * scores;
   const double elementwise_ms = elementwise_bytes * c.ms_per_byte;
   const double ops = kLayerFwdOps + kCrossAttentionExtraOps;
@@ -201,6 +202,7 @@ class AnalyticCostModel final : public CostModel {
     c_.v = model.vocab;
     c_.matmul_ms_per_flop = 1.0 / (device.peak_tflops * 1e9 * device.matmul_efficiency);
     c_.half_rows = device.matmul_half_rows;
+    c_.attention_slowdown = 1.0 / device.attention_efficiency;
     c_.ms_per_byte = 1.0 / (device.memory_bandwidth_gbs * 1e6);
     c_.backward_speedup = device.backward_speedup;
     c_.op_ms = device.op_overhead_ms;
@@ -288,6 +290,7 @@ std::unique_ptr<CostModel> make_analytic_cost_model(const ModelSpec& model, cons
   require(device.peak_tflops > 0, "peak_tflops", device.peak_tflops);
   require(device.memory_bandwidth_gbs > 0, "memory_bandwidth_gbs", device.memory_bandwidth_gbs);
   require(device.matmul_efficiency > 0, "matmul_efficiency", device.matmul_efficiency);
+  require(device.attention_efficiency > 0, "attention_efficiency", device.attention_efficiency);
   require(device.backward_speedup > 0, "backward_speedup", device.backward_speedup);
   require(device.bytes_per_element > 0, "bytes_per_element", device.bytes_per_element);
   return std::make_unique<AnalyticCostModel>(model, device, options);

@@ -52,13 +52,14 @@ const std::vector<DeviceSpec>& presets() {
     h100.op_overhead_ms = 0.002;
     v.push_back(h100);
 
-    // This machine: a 2-core AVX-512 EPYC VM, 24 GiB. One executor process uses about one
-    // core: ~100 GFLOP/s fp32 in large OpenBLAS GEMMs, ~10 GB/s of memory bandwidth.
-    // Stages talk over loopback Gloo (~2.5 GB/s, ~0.1 ms). fp32 training.
+    // This machine: a 2-core AVX-512 EPYC VM, 24 GiB, running Debian's LibTorch 1.13 with
+    // one thread per executor. Measured (docs/cost-model.md): ~100 GFLOP/s in large
+    // linear layers, 5-30 GFLOP/s in the attention bmm, elementwise ops at 1-13 GB/s
+    // (tensors over ~32 MB are page-fault bound). Loopback Gloo ~2.5 GB/s, ~0.1 ms. fp32.
     DeviceSpec cpu;
     cpu.name = "cpu";
     cpu.peak_tflops = 0.12;
-    cpu.memory_bandwidth_gbs = 10;
+    cpu.memory_bandwidth_gbs = 3;
     cpu.memory_bytes = 24 * kGiB;
     cpu.link_bandwidth_gbs = 2.5;
     cpu.link_latency_ms = 0.1;
@@ -66,6 +67,7 @@ const std::vector<DeviceSpec>& presets() {
     cpu.bytes_per_element = 4;
     cpu.matmul_efficiency = 0.85;
     cpu.matmul_half_rows = 32;
+    cpu.attention_efficiency = 0.15;
     cpu.backward_speedup = 1.0;
     cpu.op_overhead_ms = 0.01;  // LibTorch eager dispatch per op
     v.push_back(cpu);

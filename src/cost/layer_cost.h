@@ -14,6 +14,7 @@ struct LayerCoefficients {
   double a = 0, v = 0;            // heads, vocab
   double matmul_ms_per_flop = 0;  // 1 / (peak x eff_max)
   double half_rows = 0;           // m_half of the efficiency curve
+  double attention_slowdown = 1;  // 1 / DeviceSpec::attention_efficiency
   double ms_per_byte = 0;         // 1 / memory bandwidth
   double backward_speedup = 1;
   double op_ms = 0;               // per-op overhead

@@ -27,6 +27,9 @@ struct DeviceSpec {
   // is linear in m with an intercept: small micro-batches are not free.
   double matmul_efficiency = 0.7;
   double matmul_half_rows = 256;
+  // The batched attention matmuls (QK^T, AV) run at this fraction of the efficiency above:
+  // 1 on GPUs; far less in LibTorch's CPU bmm.
+  double attention_efficiency = 1.0;
   // Backward matmuls run this much faster per FLOP than forward ones (larger reductions;
   // the reference profile's bw/fw ratio is 1.5-1.8, not 2).
   double backward_speedup = 1.0;
