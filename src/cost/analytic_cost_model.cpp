@@ -14,7 +14,6 @@ namespace dynapipe {
 namespace detail {
 namespace {
 
-
 // Elementary ops a layer runs (kernels / dispatches), for DeviceSpec::op_overhead_ms.
 // Forward of a GPT layer: LN, QKV, scores, softmax, dropout, AV, proj, dropout+residual,
 // LN, fc1, GELU, fc2, dropout+residual, plus two reshapes. Backward runs about twice as
@@ -38,7 +37,6 @@ double matmul_ms(const LayerCoefficients& c, double flops, double rows) {
 }
 
 }  // namespace
-
 
 void LayerCost::add(const LayerCost& other, int count) {
   fwd_ms += count * other.fwd_ms;
@@ -193,8 +191,7 @@ class AnalyticCostModel final : public CostModel {
   AnalyticCostModel(const ModelSpec& model, const DeviceSpec& device, const CostModelOptions& options)
       : model_(model), device_(device), options_(options),
         stages_(assign_layers_uniform(model, options.num_stages)) {
-    const double e = device.bytes_per_element;
-    c_.e = e;
+    c_.e = device.bytes_per_element;
     c_.h = model.hidden;
     c_.k = model.attention_width();
     c_.f = model.ffn_hidden;
@@ -226,13 +223,8 @@ class AnalyticCostModel final : public CostModel {
                           ? static_cast<double>(round_up(shape.dec_seqlen, options_.seqlen_multiple))
                           : 0.0;
 
-    LayerCost total;
-    double transient = 0;
-    auto add = [&](const LayerCost& layer, int count) {
-      if (count == 0) return;
-      total.add(layer, count);
-      transient = std::max(transient, layer.peak_bytes);
-    };
+    LayerCost total;  // times and stored summed, peak the largest piece's
+    auto add = [&](const LayerCost& layer, int count) { total.add(layer, count); };
     if (s.has_embedding) add(embedding_cost(c_, b * se), 1);
     if (s.has_encoder()) add(encoder_layer_cost(c_, b, se, density.enc, recompute), s.enc_end - s.enc_begin);
     if (s.has_dec_embedding) add(embedding_cost(c_, b * sd), 1);
@@ -250,7 +242,7 @@ class AnalyticCostModel final : public CostModel {
     cost.bwd_weight_ms = total.bwd_weight_ms;
     cost.bwd_ms = total.bwd_input_ms + total.bwd_weight_ms;
     cost.stored_bytes = static_cast<std::int64_t>(std::ceil(total.stored_bytes));
-    cost.peak_bytes = static_cast<std::int64_t>(std::ceil(transient));
+    cost.peak_bytes = static_cast<std::int64_t>(std::ceil(total.peak_bytes));
     if (!s.has_head) {
       // T5: the encoder output travels with the decoder hidden state once the decoder began.
       const double rows = s.has_decoder() || s.has_dec_embedding ? se + sd : se;
