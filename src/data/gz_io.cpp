@@ -16,6 +16,15 @@ constexpr std::size_t kReadChunkBytes = 1 << 16;
 bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
 }
+
+// gzerror() prefixes its message with "<path>: "; ours already starts with the path.
+std::string gz_reason(gzFile_s* file, const std::string& path, int* errnum) {
+  std::string_view message = gzerror(file, errnum);
+  if (*errnum == Z_ERRNO) return std::strerror(errno);
+  const std::string prefix = path + ": ";
+  if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
+  return std::string(message);
+}
 }  // namespace
 
 GzLineReader::GzLineReader(std::string path) : path_(std::move(path)) {
@@ -45,19 +54,16 @@ bool GzLineReader::fill() {
   const int got = gzread(file_.get(), buffer_.data() + old_size, kReadChunkBytes);
   if (got < 0) {
     int errnum = 0;
-    const char* message = gzerror(file_.get(), &errnum);
-    throw Error(ErrorKind::ParseError,
-                cat(path_, ": gzip stream must be valid, got ",
-                    errnum == Z_ERRNO ? std::strerror(errno) : message));
+    const std::string reason = gz_reason(file_.get(), path_, &errnum);
+    throw Error(ErrorKind::ParseError, cat(path_, ": gzip stream must be valid, got ", reason));
   }
   buffer_.resize(old_size + static_cast<std::size_t>(got));
   if (got == 0) {
     // zlib reports a stream cut short only through gzerror once reading stops.
     int errnum = 0;
-    const char* message = gzerror(file_.get(), &errnum);
+    const std::string reason = gz_reason(file_.get(), path_, &errnum);
     if (errnum != Z_OK && errnum != Z_STREAM_END) {
-      throw Error(ErrorKind::ParseError,
-                  cat(path_, ": gzip stream must be complete, got ", message));
+      throw Error(ErrorKind::ParseError, cat(path_, ": gzip stream must be complete, got ", reason));
     }
     eof_ = true;
     return false;
