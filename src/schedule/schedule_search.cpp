@@ -135,6 +135,11 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       it = schedules.emplace(candidate.schedule, make_schedule(candidate.schedule)).first;
     }
     const Schedule& schedule = *it->second;
+    // No order of this candidate can beat the best so far (ties keep the earlier one).
+    if (best >= 0 && makespan_lower_bound_ms(candidate.problem) >= best_ms) {
+      ++result.pruned;
+      continue;
+    }
     const std::string label =
         cat(candidate.schedule, ", recompute ", recompute_name(candidate.recompute));
     const bool permute = options.permute && (schedule.adaptive() || options.permute_fixed);

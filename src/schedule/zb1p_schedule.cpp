@@ -75,7 +75,9 @@ ScheduleOrder build_zb1p(const PipelineProblem& problem) {
     if (from == to) return send_ms;
     double& link = link_free[static_cast<std::size_t>(from) * num_devices + to];
     link = std::max(send_ms, link) + problem.p2p_ms(bytes);
-    wakeups.emplace(link, to);
+    // A device busy past the arrival wakes at its own end anyway (that wake-up is still
+    // queued, since send_ms >= the current time).
+    if (link >= devices[to].free_ms) wakeups.emplace(link, to);
     return link;
   };
   auto cell = [&](int mb, int s) { return static_cast<std::size_t>(mb) * num_devices + s; };

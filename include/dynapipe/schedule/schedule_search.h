@@ -63,11 +63,13 @@ struct SearchResult {
   ScheduleOrder order;
   SimResult sim;                // recorded (timeline + transfers), original ids
   int simulations = 0;          // how many simulations the search ran
+  int pruned = 0;               // candidates skipped: their lower bound >= the best found
   std::vector<std::string> rejected;  // one line per candidate that did not apply or fit
 };
 
 // Builds, simulates and compares every candidate (and orders, see SearchOptions).
-// Ties keep the earlier candidate / order. Throws:
+// Ties keep the earlier candidate / order; a candidate whose makespan_lower_bound_ms is
+// not below the best makespan found so far is skipped (it cannot win). Throws:
 //  * InvalidArgument when `candidates` is empty, names an unknown schedule or a
 //    problem is inconsistent; Unsupported when no candidate applies (naming why);
 //  * Infeasible when none fits the memory limit, naming the smallest violation:
