@@ -19,7 +19,9 @@ namespace {
 
 constexpr Recompute kRecomputeModes[] = {Recompute::None, Recompute::Selective, Recompute::Full};
 
-std::string format_gib(double gib, int decimals) {
+// "40", "41.2": a GiB count for messages, trailing zeros dropped (core's format_gib
+// always prints one decimal).
+std::string gib_text(double gib, int decimals) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.*f", decimals, gib);
   std::string text = buffer;
@@ -183,7 +185,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       }
     }
     if (!fitted && candidate_excess >= 0) {
-      result.rejected.push_back(cat(label, ": needs ", format_gib(bytes_to_gib(candidate_excess), 3),
+      result.rejected.push_back(cat(label, ": needs ", gib_text(bytes_to_gib(candidate_excess), 3),
                                     " GiB more than the memory limit"));
     }
   }
@@ -201,8 +203,8 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     // One decimal unless that would print the need as the limit itself.
     const int decimals = need_gib - limit_gib < 0.1 ? 3 : 1;
     throw Error(ErrorKind::Infeasible,
-                cat("--memory-limit ", format_gib(limit_gib, 3), " GiB: no schedule fits; micro-batch ",
-                    smallest->mb, " needs ", format_gib(need_gib, decimals), " GiB on stage ",
+                cat("--memory-limit ", gib_text(limit_gib, 3), " GiB: no schedule fits; micro-batch ",
+                    smallest->mb, " needs ", gib_text(need_gib, decimals), " GiB on stage ",
                     smallest->stage, " (schedule ", worst.schedule, ", recompute ",
                     recompute_name(worst.recompute), ")"));
   }
