@@ -206,4 +206,71 @@ inline Lowered lower(ScheduleOrder order, PipelineLayout layout, int mbs, ModelK
   return out;
 }
 
+// A complete plan: `iterations` iterations of `dp` replicas of a 1F1B schedule over
+// `pp` devices, with estimates, packed rows on one micro-batch and awkward doubles.
+inline ExecutionPlan sample_plan(ModelKind model, int pp = 2, int dp = 2, int iterations = 2, int mbs = 3) {
+  ExecutionPlan plan;
+  plan.config.model.name = model == ModelKind::T5 ? "t5-tiny" : "gpt-tiny";
+  plan.config.model.kind = model;
+  plan.config.model.hidden = 16;
+  plan.config.model.heads = 2;
+  plan.config.model.ffn_hidden = 64;
+  plan.config.model.layers = 4;
+  plan.config.model.dec_layers = model == ModelKind::T5 ? 4 : 0;
+  plan.config.model.vocab = 512;
+  plan.config.model.max_positions = 1024;
+  plan.config.samples_path = "assets/flan-mini.jsonl.gz";
+  plan.config.schedule = "1f1b";
+  plan.config.pp = pp;
+  plan.config.dp = dp;
+  plan.config.max_seqlen = 512;
+  plan.config.max_target_len = 64;
+  plan.config.global_batch_tokens = 65536;
+  plan.config.memory_limit_gib = 0.1;
+  plan.config.seed = 18446744073709551557ull;  // needs uint64
+  plan.config.iterations = iterations;
+  SampleId next_id = 0;
+  for (int i = 0; i < iterations; ++i) {
+    IterationPlan it;
+    it.index = i;
+    for (int r = 0; r < dp; ++r) {
+      Lowered l = lower(one_f_one_b(pp, mbs), {.num_devices = pp}, mbs, model, r, dp, 0.25);
+      ReplicaPlan replica;
+      for (int mb = 0; mb < mbs; ++mb) {
+        MicroBatch m;
+        m.id = mb;
+        m.shape = l.shapes[mb];
+        for (int k = 0; k < m.shape.batch; ++k) m.sample_ids.push_back(next_id++);
+        if (mb == 1) m.rows = {m.sample_ids, {}};
+        if (mb == 2) m.density = {0.5, 1.0 / 3.0};
+        m.real_tokens = m.shape.tokens() - mb;
+        m.target_tokens = 7 * mb;
+        it.sample_ids.insert(it.sample_ids.end(), m.sample_ids.begin(), m.sample_ids.end());
+        replica.microbatches.push_back(m);
+        MicroBatchEstimate e;
+        for (int s = 0; s < pp; ++s) {
+          e.fwd_ms.push_back(0.1 * (s + 1) + mb);
+          e.bwd_ms.push_back(2.0 / 3.0 + s);
+          e.activation_bytes.push_back((std::int64_t{1} << 40) + s);
+        }
+        replica.estimates.push_back(e);
+      }
+      replica.schedule = "1f1b";
+      replica.recompute = r == 0 ? Recompute::None : Recompute::Selective;
+      replica.est_iteration_ms = l.sim.makespan_ms;
+      replica.est_peak_memory_bytes.assign(pp, 123456789012);
+      replica.timeline = l.sim.timeline;
+      replica.executors = l.programs;
+      it.replicas.push_back(std::move(replica));
+    }
+    it.truncated_ids = {it.sample_ids.front()};
+    it.est_iteration_ms = 12.5 + i;
+    it.padding_efficiency = 0.1 + 0.2;  // 0.30000000000000004
+    it.planning_ms = 1e-7;
+    plan.iterations.push_back(std::move(it));
+  }
+  plan.summary = {iterations, 13.0, 1.5e6, 0.3, 2.25, 4.5};
+  return plan;
+}
+
 }  // namespace dynapipe::testing
