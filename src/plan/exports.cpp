@@ -228,7 +228,7 @@ ScheduleOrder order_from_pytorch_csv(const std::string& text, const PipelineLayo
   }
   std::size_t total = 0;
   for (const auto& ops : order.device_ops) total += ops.size();
-  if (static_cast<std::size_t>(num_mbs) * stages * 2 > total) {
+  if (static_cast<std::size_t>(num_mbs) * stages > total) {
     fail(cat("micro-batches must be numbered 0.. without gaps and run on every stage, got ids up to ", num_mbs - 1,
              " in only ", total, " actions"));
   }
