@@ -403,6 +403,14 @@ std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& in) {
     program.rank = rank_of(d);
     program.device = d;
     program.replica = in.replica;
+    const int n = static_cast<int>(build.compute.size());
+    std::size_t total = static_cast<std::size_t>(n) + 2;
+    for (int i = 0; i <= n; ++i) {
+      const Gap& gap = build.before[i];
+      total += gap.posts.size() + 2 * gap.send_waits.size() + gap.loads.size() + gap.recv_waits.size();
+      if (i < n) total += build.after[i].size();
+    }
+    program.instructions.reserve(total);
     std::vector<int> physical(build.next_buffer, -1);
     int next_id = 0;
     auto emit = [&](Instruction instruction) {
@@ -415,7 +423,6 @@ std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& in) {
       for (int& input : instruction.inputs) map(input);
       program.instructions.push_back(std::move(instruction));
     };
-    const int n = static_cast<int>(build.compute.size());
     for (int i = 0; i <= n; ++i) {
       Gap& gap = build.before[i];
       std::sort(gap.posts.begin(), gap.posts.end(), [](const auto& a, const auto& b) {

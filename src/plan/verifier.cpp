@@ -34,7 +34,7 @@ struct BufferState {
   int stage = -1;               // the stage this tensor is an input (or gradient) for
   bool sending = false;         // a Send*Start on it has not been finished
   std::int64_t message = -1;    // posting index of its pending operation within its pair
-  int writer = -1;              // instruction index that wrote it
+  int writer = -1;              // instruction index that wrote it; -1: not written
   std::int64_t bytes = 0;
 };
 
@@ -53,7 +53,9 @@ struct Executor {
   std::size_t pc = 0;
   bool parked = false;
   bool reduced = false;  // arrived at its ReduceGrads
-  std::unordered_map<int, BufferState> buffers;
+  // [buffer id]; ids are < the program's instruction count (each buffer is written by
+  // one instruction), so a vector indexed by id holds them. writer < 0: never written.
+  std::vector<BufferState> buffers;
   std::vector<std::uint8_t> done;  // [mb * stages + stage]: bit 0 F, 1 B, 2 I, 3 W
   std::int64_t memory_bytes = 0, peak_bytes = 0;
   // What it waits for when parked.
@@ -154,6 +156,7 @@ void Replay::setup() {
     Executor& x = executors_[e];
     x.program = &p;
     x.done.assign(static_cast<std::size_t>(options_.num_microbatches) * layout.num_stages(), 0);
+    x.buffers.resize(p.instructions.size());
     if (!options_.static_bytes.empty() && !options_.stored_bytes.empty()) {
       if (static_cast<int>(options_.static_bytes.size()) != layout.num_devices) {
         fail(cat("options.static_bytes must have one entry per device (", layout.num_devices, "), got ",
@@ -237,24 +240,28 @@ void Replay::check_fields(int e, const Instruction& in) {
 }
 
 BufferState& Replay::buffer(int e, int id, const char* role) {
-  auto it = executors_[e].buffers.find(id);
-  if (it == executors_[e].buffers.end()) {
+  auto& buffers = executors_[e].buffers;
+  if (id < 0 || static_cast<std::size_t>(id) >= buffers.size() || buffers[id].writer < 0) {
     fail_at(e, cat(role, " buffer ", id, " must have been written before, got never written"));
   }
-  if (it->second.phase == BufferState::Phase::Freed) {
+  if (buffers[id].phase == BufferState::Phase::Freed) {
     fail_at(e, cat(role, " buffer ", id, " is used after its FreeBuffer"));
   }
-  return it->second;
+  return buffers[id];
 }
 
 void Replay::write_buffer(int e, int id, BufferState state) {
   if (id < 0) return;
-  state.writer = static_cast<int>(executors_[e].pc);
-  auto [it, inserted] = executors_[e].buffers.emplace(id, state);
-  if (!inserted) {
-    fail_at(e, cat("buffer ", id, " must be written once, got a second write (first by #",
-                   it->second.writer, ")"));
+  auto& buffers = executors_[e].buffers;
+  if (static_cast<std::size_t>(id) >= buffers.size()) {
+    fail_at(e, cat("buffer id must be < the program's instruction count (", buffers.size(), "), got ", id));
   }
+  if (buffers[id].writer >= 0) {
+    fail_at(e, cat("buffer ", id, " must be written once, got a second write (first by #",
+                   buffers[id].writer, ")"));
+  }
+  state.writer = static_cast<int>(executors_[e].pc);
+  buffers[id] = state;
   account(e, state.bytes);
 }
 
@@ -567,11 +574,12 @@ VerifyReport Replay::run() {
   for (std::size_t e = 0; e < executors_.size(); ++e) {
     const Executor& x = executors_[e];
     std::vector<int> leaked;
-    for (const auto& [id, b] : x.buffers) {
-      if (b.phase != BufferState::Phase::Freed) leaked.push_back(id);
+    for (std::size_t id = 0; id < x.buffers.size(); ++id) {
+      if (x.buffers[id].writer >= 0 && x.buffers[id].phase != BufferState::Phase::Freed) {
+        leaked.push_back(static_cast<int>(id));
+      }
     }
     if (!leaked.empty()) {
-      std::sort(leaked.begin(), leaked.end());
       fail(cat("rank ", x.program->rank, " must free every buffer by the end, got buffers [",
                join(leaked, ","), "] still live"));
     }

@@ -243,7 +243,7 @@ inline ExecutionPlan sample_plan(ModelKind model, int pp = 2, int dp = 2, int it
         for (int k = 0; k < m.shape.batch; ++k) m.sample_ids.push_back(next_id++);
         if (mb == 1) m.rows = {m.sample_ids, {}};
         if (mb == 2) m.density = {0.5, 1.0 / 3.0};
-        m.real_tokens = m.shape.tokens() - mb;
+        m.real_tokens = m.shape.tokens() - mb % 2;
         m.target_tokens = 7 * mb;
         it.sample_ids.insert(it.sample_ids.end(), m.sample_ids.begin(), m.sample_ids.end());
         replica.microbatches.push_back(m);
