@@ -1,0 +1,98 @@
+// make_microbatches(): one global batch → micro-batches for every data-parallel replica,
+// by any Strategy, with the recompute mode that gives the best pipeline objective while
+// fitting the per-device memory limit. The entry point the planner calls per iteration.
+//
+//   BatchingOptions options{.strategy = Strategy::DynaPipe, .kind = ModelKind::Gpt,
+//                           .num_stages = 4, .dp = 2, .memory_limit_bytes = 40 * kGiB,
+//                           .max_seqlen = 2048};
+//   BatchingResult result = make_microbatches(batch, *cost_model, options);
+//   for (auto& replica : result.replicas) for (MicroBatch& mb : replica) ...
+//
+// Every strategy is costed the same way: t(M) = max over stages of fwd_ms + bwd_ms from
+// CostModel::stage_cost() for M's rounded shape, and a replica's objective is
+// Σ t + (p − 1)·max t (the classic pipeline estimate). Memory rule, for every stage s:
+//   static_bytes(s) + k_s·stored_bytes(M, s) + peak_bytes(M, s) <= memory_limit_bytes
+// with k_s = p − s (micro-batches in flight at stage s under 1F1B). When no recompute
+// mode lets every micro-batch fit that way, k_s = 1 is used instead and the result is
+// marked one_in_flight: the schedule must then limit micro-batches in flight.
+//
+// Shapes, rounded up to seqlen_multiple:
+//   GPT: seqlen = max(input_len + target_len), dec_seqlen = 0;
+//   T5:  seqlen = max(input_len), dec_seqlen = max(target_len + 1): the decoder reads
+//        bos ++ target (and predicts target ++ eos), one token longer than the target.
+// Thread-safety: a pure function of its arguments (the cost model is called const).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/microbatch.h"
+#include "dynapipe/core/model_kind.h"
+#include "dynapipe/core/sample.h"
+
+namespace dynapipe {
+
+class CostModel;
+
+// How DynaPipe's micro-batches reach the dp replicas (docs/batching.md, "Replicas").
+enum class ReplicaSplit : std::uint8_t {
+  Auto,          // both below, keep the lower objective (ties: Microbatches)
+  Microbatches,  // one DP over all samples with w = 1/dp, then Karmarkar–Karp on t(M)
+  Samples,       // deal the ordered samples to replicas in a snake, then one DP per replica
+};
+
+struct BatchingOptions {
+  Strategy strategy = Strategy::DynaPipe;
+  ModelKind kind = ModelKind::Gpt;
+  int num_stages = 1;                  // p >= 1; must equal the cost model's stage count
+  int dp = 1;                          // data-parallel replicas, >= 1
+  std::int64_t memory_limit_bytes = 0; // per device; 0 = unlimited. Default: 0
+  std::int64_t max_seqlen = 2048;      // >= 1. GPT: bound of input+target; T5: of input
+  std::int64_t max_target_len = 0;     // T5: bound of target, >= 1. GPT: unused
+  int seqlen_multiple = 8;             // >= 1; every length is rounded up to it
+  // token-based: padded tokens (batch × (seqlen + dec_seqlen)) per micro-batch, >= 0.
+  // 0 (default) = try 512, 1024, ..., 65536 and keep the best objective.
+  std::int64_t token_budget = 0;
+  // padding and packing: rows per micro-batch, >= 0. 0 (default) = largest that fits.
+  std::int64_t fixed_batch = 0;
+  // dynapipe: 0 (default) = exact DP. > 0 reproduces the reference's 5 ms-style thinning
+  // of max-time thresholds (PartitionOptions::min_tmax_interval_ms).
+  double min_tmax_interval_ms = 0;
+  ReplicaSplit replica_split = ReplicaSplit::Auto;  // dynapipe with dp > 1
+  // T5 ordering bucket width in input tokens (order_samples()), >= 0.
+  // 0 (default) = max_seqlen / 32 rounded up to seqlen_multiple (64 for 2048).
+  std::int64_t t5_bucket_tokens = 0;
+
+  // Throws InvalidArgument naming the first field out of range.
+  void validate() const;
+};
+
+struct BatchingResult {
+  // replicas[r] = micro-batches of replica r in execution order; MicroBatch::id = index.
+  // Every sample of the global batch is in exactly one micro-batch.
+  std::vector<std::vector<MicroBatch>> replicas;
+  Recompute recompute = Recompute::None;  // the mode the shapes were costed and fitted for
+  double objective_ms = 0;    // max over replicas of Σ t + (p − 1)·max t
+  bool one_in_flight = false; // fitted with k_s = 1 (see the memory rule above)
+};
+
+// Throws InvalidArgument for bad options, a sample longer than max_seqlen /
+// max_target_len, duplicate ids or a cost model with another stage count; Infeasible when
+// one sample alone (or, for padding, one padded row) does not fit in memory under any
+// recompute mode, naming the sample, its length, the bytes needed and the budget.
+BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost_model,
+                                 const BatchingOptions& options);
+
+// t(M): the bottleneck stage's fwd_ms + bwd_ms for the micro-batch's shape and density.
+double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microbatch,
+                          Recompute recompute);
+
+// Σ t + (p − 1)·max t over one replica's micro-batch times (0 for none).
+double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages);
+
+// Real tokens / tokens computed over every micro-batch of every replica (CONTRACTS.md):
+// Σ real_tokens / Σ shape.tokens(). 1 for an empty result.
+double padding_efficiency(const BatchingResult& result);
+
+}  // namespace dynapipe

@@ -1,0 +1,267 @@
+// Baseline strategies, costed with the same cost model and memory rule as DynaPipe:
+//   padding        data order, fixed micro-batch size, every row padded to the maximum;
+//   packing        first-fit rows of whole samples (data order), dense attention per row;
+//   packing-varlen best-fit-decreasing rows, block-diagonal attention (density Σ L²);
+//   token-based    sorted order, fairseq batch_by_size on padded tokens.
+// Padding and packing shard the data-order samples over replicas by stride (sample k to
+// replica k mod dp, like torch's DistributedSampler); token-based deals its micro-batches
+// round-robin (fairseq shards its list of batches the same way).
+#include <algorithm>
+#include <numeric>
+
+#include "costing.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/units.h"
+
+namespace dynapipe::detail {
+namespace {
+
+std::vector<std::vector<std::size_t>> strided_shards(std::size_t n, int dp) {
+  std::vector<std::vector<std::size_t>> shards(static_cast<std::size_t>(dp));
+  for (std::size_t k = 0; k < n; ++k) shards[k % shards.size()].push_back(k);
+  return shards;
+}
+
+// Padded row lengths of the padding baseline: the truncation limits, rounded.
+MicroBatchShape max_row_shape(const BatchingOptions& options, std::int64_t rows) {
+  const bool t5 = options.kind == ModelKind::T5;
+  return {.batch = rows,
+          .seqlen = round_up(options.max_seqlen, options.seqlen_multiple),
+          .dec_seqlen = t5 ? round_up(options.max_target_len + 1, options.seqlen_multiple) : 0};
+}
+
+// Rows per micro-batch: options.fixed_batch, or the largest in [1, cap] whose full-length
+// shape fits (memory is non-decreasing in batch: binary search). 0 if none fits.
+std::int64_t rows_per_microbatch(const BatchingOptions& options, ShapeCosts& costs,
+                                 MemoryRule rule, std::int64_t cap) {
+  if (options.fixed_batch > 0) {
+    return costs.get(max_row_shape(options, options.fixed_batch)).fits(rule)
+               ? options.fixed_batch
+               : 0;
+  }
+  std::int64_t lo = 0, hi = std::max<std::int64_t>(cap, 1);  // fits(lo) (or lo = 0), hi unknown
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo + 1) / 2;
+    if (costs.get(max_row_shape(options, mid)).fits(rule)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+std::optional<Candidate> finish(std::vector<std::vector<MicroBatch>> replicas, ShapeCosts& costs,
+                                MemoryRule rule, const BatchingOptions& options,
+                                double incumbent_ms) {
+  const std::optional<double> objective =
+      replicas_objective(replicas, costs, rule, options.num_stages);
+  if (!objective || !(*objective < incumbent_ms)) return std::nullopt;
+  return Candidate{std::move(replicas), *objective};
+}
+
+struct PackedRow {
+  std::int64_t enc = 0;  // Σ enc lengths of its samples
+  std::int64_t dec = 0;  // Σ dec lengths (T5: target + 1 each)
+  std::vector<std::size_t> members;
+};
+
+// First-fit in the given order: each sample goes to the first row with room in both
+// dimensions. Complexity: O(n · rows).
+std::vector<PackedRow> pack_first_fit(std::span<const Sample> samples,
+                                      std::span<const std::size_t> members, ModelKind kind,
+                                      std::int64_t enc_capacity, std::int64_t dec_capacity) {
+  std::vector<PackedRow> rows;
+  for (std::size_t k : members) {
+    const ModelLengths lengths = model_lengths(samples[k], kind);
+    auto fits = [&](const PackedRow& row) {
+      return row.enc + lengths.enc <= enc_capacity && row.dec + lengths.dec <= dec_capacity;
+    };
+    auto it = std::find_if(rows.begin(), rows.end(), fits);
+    if (it == rows.end()) it = rows.insert(rows.end(), PackedRow{});
+    it->enc += lengths.enc;
+    it->dec += lengths.dec;
+    it->members.push_back(k);
+  }
+  return rows;
+}
+
+// Best-fit decreasing: samples by (enc, dec) descending, each into the fitting row with
+// the least room left (enc first, then dec; ties: the older row). O(n log n + n · rows).
+std::vector<PackedRow> pack_best_fit_decreasing(std::span<const Sample> samples,
+                                                std::span<const std::size_t> members,
+                                                ModelKind kind, std::int64_t enc_capacity,
+                                                std::int64_t dec_capacity) {
+  std::vector<std::size_t> sorted(members.begin(), members.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [&](std::size_t a, std::size_t b) {
+    const ModelLengths la = model_lengths(samples[a], kind), lb = model_lengths(samples[b], kind);
+    if (la.enc != lb.enc) return la.enc > lb.enc;
+    return la.dec > lb.dec;
+  });
+  std::vector<PackedRow> rows;
+  for (std::size_t k : sorted) {
+    const ModelLengths lengths = model_lengths(samples[k], kind);
+    PackedRow* best = nullptr;
+    for (PackedRow& row : rows) {
+      if (row.enc + lengths.enc > enc_capacity || row.dec + lengths.dec > dec_capacity) continue;
+      if (best == nullptr || row.enc > best->enc || (row.enc == best->enc && row.dec > best->dec)) {
+        best = &row;
+      }
+    }
+    if (best == nullptr) best = &rows.emplace_back();
+    best->enc += lengths.enc;
+    best->dec += lengths.dec;
+    best->members.push_back(k);
+  }
+  return rows;
+}
+
+MicroBatch make_packed_microbatch(std::span<const Sample> samples,
+                                  std::span<const PackedRow> rows, const BatchingOptions& options,
+                                  bool varlen) {
+  MicroBatch microbatch;
+  std::vector<std::size_t> members;
+  std::int64_t enc = 0, dec = 0;
+  double enc_square_sum = 0, dec_square_sum = 0;
+  for (const PackedRow& row : rows) {
+    members.insert(members.end(), row.members.begin(), row.members.end());
+    std::vector<SampleId>& ids = microbatch.rows.emplace_back();
+    for (std::size_t k : row.members) {
+      ids.push_back(samples[k].id);
+      const ModelLengths lengths = model_lengths(samples[k], options.kind);
+      enc_square_sum += static_cast<double>(lengths.enc) * static_cast<double>(lengths.enc);
+      dec_square_sum += static_cast<double>(lengths.dec) * static_cast<double>(lengths.dec);
+    }
+    enc = std::max(enc, row.enc);
+    dec = std::max(dec, row.dec);
+  }
+  fill_members(samples, members, &microbatch);
+  microbatch.shape = {.batch = static_cast<std::int64_t>(rows.size()),
+                      .seqlen = round_up(enc, options.seqlen_multiple),
+                      .dec_seqlen = round_up(dec, options.seqlen_multiple)};
+  if (varlen) {
+    auto density = [&](double square_sum, std::int64_t seqlen) {
+      return seqlen == 0 ? 1.0
+                         : square_sum / (static_cast<double>(rows.size()) *
+                                         static_cast<double>(seqlen) * static_cast<double>(seqlen));
+    };
+    microbatch.density.enc = density(enc_square_sum, microbatch.shape.seqlen);
+    if (options.kind == ModelKind::T5) {
+      microbatch.density.dec = density(dec_square_sum, microbatch.shape.dec_seqlen);
+    }
+  }
+  return microbatch;
+}
+
+}  // namespace
+
+std::optional<Candidate> run_padding(const StrategyInput& input, ShapeCosts& costs,
+                                     MemoryRule rule, double incumbent_ms) {
+  const BatchingOptions& options = input.options;
+  const auto shards = strided_shards(input.samples.size(), options.dp);
+  const std::int64_t rows =
+      rows_per_microbatch(options, costs, rule, static_cast<std::int64_t>(shards[0].size()));
+  if (rows == 0) return std::nullopt;
+  std::vector<std::vector<MicroBatch>> replicas(shards.size());
+  for (std::size_t r = 0; r < shards.size(); ++r) {
+    const std::span<const std::size_t> shard(shards[r]);
+    for (std::size_t begin = 0; begin < shard.size(); begin += static_cast<std::size_t>(rows)) {
+      const std::size_t count = std::min(shard.size() - begin, static_cast<std::size_t>(rows));
+      MicroBatch microbatch;
+      fill_members(input.samples, shard.subspan(begin, count), &microbatch);
+      microbatch.shape = max_row_shape(options, static_cast<std::int64_t>(count));
+      replicas[r].push_back(std::move(microbatch));
+    }
+  }
+  return finish(std::move(replicas), costs, rule, options, incumbent_ms);
+}
+
+std::optional<Candidate> run_packing(const StrategyInput& input, ShapeCosts& costs,
+                                     MemoryRule rule, double incumbent_ms) {
+  const BatchingOptions& options = input.options;
+  const bool varlen = options.strategy == Strategy::PackingVarlen;
+  const bool t5 = options.kind == ModelKind::T5;
+  const std::int64_t enc_capacity = options.max_seqlen;
+  const std::int64_t dec_capacity = t5 ? options.max_target_len + 1 : 0;
+  const auto shards = strided_shards(input.samples.size(), options.dp);
+  std::vector<std::vector<PackedRow>> packed;
+  std::size_t most_rows = 0;
+  for (const auto& shard : shards) {
+    packed.push_back(varlen ? pack_best_fit_decreasing(input.samples, shard, options.kind,
+                                                       enc_capacity, dec_capacity)
+                            : pack_first_fit(input.samples, shard, options.kind, enc_capacity,
+                                             dec_capacity));
+    most_rows = std::max(most_rows, packed.back().size());
+  }
+  // Sized for full-length dense rows, so every micro-batch fits whatever its rows hold.
+  const std::int64_t rows =
+      rows_per_microbatch(options, costs, rule, static_cast<std::int64_t>(most_rows));
+  if (rows == 0) return std::nullopt;
+  std::vector<std::vector<MicroBatch>> replicas(shards.size());
+  for (std::size_t r = 0; r < shards.size(); ++r) {
+    const std::span<const PackedRow> all(packed[r]);
+    for (std::size_t begin = 0; begin < all.size(); begin += static_cast<std::size_t>(rows)) {
+      const std::size_t count = std::min(all.size() - begin, static_cast<std::size_t>(rows));
+      replicas[r].push_back(
+          make_packed_microbatch(input.samples, all.subspan(begin, count), options, varlen));
+    }
+  }
+  return finish(std::move(replicas), costs, rule, options, incumbent_ms);
+}
+
+std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts& costs,
+                                         MemoryRule rule, double incumbent_ms) {
+  const BatchingOptions& options = input.options;
+  std::vector<std::int64_t> budgets;
+  if (options.token_budget > 0) {
+    budgets.push_back(options.token_budget);
+  } else {
+    for (std::int64_t b = 512; b <= 65536; b *= 2) budgets.push_back(b);
+  }
+  std::optional<Candidate> best;
+  for (std::int64_t budget : budgets) {
+    // Grow while the padded shape stays within the budget and fits; a sample alone
+    // always starts a micro-batch (fairseq would reject it; here it is costed alone).
+    std::vector<MicroBatch> microbatches;
+    std::size_t begin = 0;
+    bool feasible = true;
+    while (begin < input.order.size() && feasible) {
+      std::int64_t enc = 0, dec = 0;
+      std::size_t end = begin;
+      while (end < input.order.size()) {
+        const ModelLengths lengths = model_lengths(input.samples[input.order[end]], options.kind);
+        const MicroBatchShape grown{
+            .batch = static_cast<std::int64_t>(end + 1 - begin),
+            .seqlen = round_up(std::max(enc, lengths.enc), options.seqlen_multiple),
+            .dec_seqlen = round_up(std::max(dec, lengths.dec), options.seqlen_multiple)};
+        const bool fits = costs.get(grown).fits(rule);
+        if (end == begin) {
+          feasible = fits;
+          if (!fits) break;
+        } else if (grown.tokens() > budget || !fits) {
+          break;
+        }
+        enc = std::max(enc, lengths.enc);
+        dec = std::max(dec, lengths.dec);
+        ++end;
+      }
+      if (!feasible) break;
+      microbatches.push_back(make_padded_microbatch(
+          input.samples, input.order.subspan(begin, end - begin), options.kind,
+          options.seqlen_multiple));
+      begin = end;
+    }
+    if (!feasible) return std::nullopt;  // a sample alone does not fit under this rule
+    std::vector<std::vector<MicroBatch>> replicas(static_cast<std::size_t>(options.dp));
+    for (std::size_t k = 0; k < microbatches.size(); ++k) {
+      replicas[k % replicas.size()].push_back(std::move(microbatches[k]));
+    }
+    const double bound = best ? best->objective_ms : incumbent_ms;
+    if (std::optional<Candidate> c = finish(std::move(replicas), costs, rule, options, bound)) {
+      best = std::move(c);
+    }
+  }
+  return best;
+}
+
+}  // namespace dynapipe::detail

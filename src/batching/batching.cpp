@@ -1,0 +1,221 @@
+#include "dynapipe/batching/batching.h"
+
+#include <algorithm>
+#include <array>
+#include <memory>
+
+#include "costing.h"
+#include "dynapipe/batching/ordering.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/units.h"
+#include "dynapipe/cost/cost_model.h"
+
+namespace dynapipe {
+namespace {
+
+constexpr std::array<Recompute, 3> kRecomputeModes{Recompute::None, Recompute::Selective,
+                                                   Recompute::Full};
+
+void check_samples(const GlobalBatch& batch, const BatchingOptions& options) {
+  const bool t5 = options.kind == ModelKind::T5;
+  std::vector<SampleId> ids;
+  ids.reserve(batch.samples.size());
+  for (const Sample& sample : batch.samples) {
+    const std::string where = cat("make_microbatches: sample ", sample.id);
+    if (sample.input_len < 0 || sample.target_len < 0) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat(where, ": lengths must be >= 0, got input_len ", sample.input_len,
+                      ", target_len ", sample.target_len));
+    }
+    const std::int64_t total = std::int64_t{sample.input_len} + sample.target_len;
+    if (total == 0) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat(where, ": input_len + target_len must be >= 1, got 0"));
+    }
+    if (!t5 && total > options.max_seqlen) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat(where, ": input_len + target_len must be <= max_seqlen ",
+                      options.max_seqlen, " (truncated), got ", total));
+    }
+    if (t5 && sample.input_len > options.max_seqlen) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat(where, ": input_len must be <= max_seqlen ", options.max_seqlen,
+                      " (truncated), got ", sample.input_len));
+    }
+    if (t5 && sample.target_len > options.max_target_len) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat(where, ": target_len must be <= max_target_len ", options.max_target_len,
+                      " (truncated), got ", sample.target_len));
+    }
+    ids.push_back(sample.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  const auto duplicate = std::adjacent_find(ids.begin(), ids.end());
+  if (duplicate != ids.end()) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("make_microbatches: sample ids must be unique, got ", *duplicate, " twice"));
+  }
+}
+
+// Infeasible when the smallest micro-batch the strategy can form does not fit even with
+// full recompute and one micro-batch in flight.
+void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
+                      detail::ShapeCosts& full) {
+  if (options.memory_limit_bytes == 0) return;
+  if (options.strategy == Strategy::Padding) {
+    const MicroBatchShape row{
+        .batch = 1,
+        .seqlen = round_up(options.max_seqlen, options.seqlen_multiple),
+        .dec_seqlen = options.kind == ModelKind::T5
+                          ? round_up(options.max_target_len + 1, options.seqlen_multiple)
+                          : 0};
+    const detail::ShapeCost& cost = full.get(row);
+    if (!cost.fits_one) {
+      throw Error(ErrorKind::Infeasible,
+                  cat("make_microbatches: memory of one padded row (", row.seqlen, "+",
+                      row.dec_seqlen, " tokens) must be <= memory_limit_bytes ",
+                      options.memory_limit_bytes, ", got ", cost.one_bytes, " bytes on stage ",
+                      cost.one_stage, " even with full recompute and one micro-batch in flight"));
+    }
+    return;
+  }
+  const std::vector<Sample>& samples = batch.samples;
+  for (std::size_t k = 0; k < samples.size(); ++k) {
+    const std::size_t members[1] = {k};
+    const MicroBatch alone =
+        detail::make_padded_microbatch(samples, members, options.kind, options.seqlen_multiple);
+    const detail::ShapeCost& cost = full.get(alone.shape);
+    if (!cost.fits_one) {
+      throw Error(ErrorKind::Infeasible,
+                  cat("make_microbatches: memory of sample ", samples[k].id, " alone (input_len ",
+                      samples[k].input_len, ", target_len ", samples[k].target_len, ", shape 1x",
+                      alone.shape.seqlen, "+", alone.shape.dec_seqlen,
+                      ") must be <= memory_limit_bytes ", options.memory_limit_bytes, ", got ",
+                      cost.one_bytes, " bytes on stage ", cost.one_stage,
+                      " even with full recompute and one micro-batch in flight"));
+    }
+  }
+}
+
+}  // namespace
+
+void BatchingOptions::validate() const {
+  auto fail = [](const std::string& what) {
+    throw Error(ErrorKind::InvalidArgument, cat("batching options: ", what));
+  };
+  if (num_stages < 1) fail(cat("num_stages must be >= 1, got ", num_stages));
+  if (dp < 1) fail(cat("dp must be >= 1, got ", dp));
+  if (memory_limit_bytes < 0) fail(cat("memory_limit_bytes must be >= 0, got ", memory_limit_bytes));
+  if (max_seqlen < 1) fail(cat("max_seqlen must be >= 1, got ", max_seqlen));
+  if (kind == ModelKind::T5 && max_target_len < 1) {
+    fail(cat("max_target_len must be >= 1 for t5, got ", max_target_len));
+  }
+  if (seqlen_multiple < 1) fail(cat("seqlen_multiple must be >= 1, got ", seqlen_multiple));
+  if (token_budget < 0) fail(cat("token_budget must be >= 0, got ", token_budget));
+  if (fixed_batch < 0) fail(cat("fixed_batch must be >= 0, got ", fixed_batch));
+  if (!(min_tmax_interval_ms >= 0)) {
+    fail(cat("min_tmax_interval_ms must be >= 0, got ", min_tmax_interval_ms));
+  }
+  if (t5_bucket_tokens < 0) fail(cat("t5_bucket_tokens must be >= 0, got ", t5_bucket_tokens));
+}
+
+BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost_model,
+                                 const BatchingOptions& options) {
+  options.validate();
+  if (cost_model.num_stages() != options.num_stages) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("make_microbatches: the cost model's stage count must equal num_stages ",
+                    options.num_stages, ", got ", cost_model.num_stages()));
+  }
+  check_samples(batch, options);
+  BatchingResult result;
+  result.replicas.resize(static_cast<std::size_t>(options.dp));
+  if (batch.samples.empty()) return result;
+
+  std::array<std::unique_ptr<detail::ShapeCosts>, kRecomputeModes.size()> costs;
+  for (std::size_t m = 0; m < kRecomputeModes.size(); ++m) {
+    costs[m] = std::make_unique<detail::ShapeCosts>(cost_model, kRecomputeModes[m],
+                                                    options.num_stages, options.memory_limit_bytes);
+  }
+  check_alone_fits(batch, options, *costs.back());
+
+  const std::int64_t bucket_tokens =
+      options.t5_bucket_tokens > 0
+          ? options.t5_bucket_tokens
+          : std::max<std::int64_t>(round_up((options.max_seqlen + 31) / 32, options.seqlen_multiple),
+                                   options.seqlen_multiple);
+  const std::vector<std::size_t> order = order_samples(batch.samples, options.kind, bucket_tokens);
+  const detail::StrategyInput input{batch.samples, order, options};
+  auto run = [&](detail::ShapeCosts& c, detail::MemoryRule rule, double incumbent_ms) {
+    switch (options.strategy) {
+      case Strategy::DynaPipe: return detail::run_dynapipe(input, c, rule, incumbent_ms);
+      case Strategy::Padding: return detail::run_padding(input, c, rule, incumbent_ms);
+      case Strategy::Packing:
+      case Strategy::PackingVarlen: return detail::run_packing(input, c, rule, incumbent_ms);
+      case Strategy::TokenBased: return detail::run_token_based(input, c, rule, incumbent_ms);
+    }
+    return std::optional<detail::Candidate>{};
+  };
+
+  // The pipelined rule first: falling back to one in flight costs throughput the
+  // objective does not see. Within a rule, the recompute mode with the best objective
+  // (ties: the lighter mode).
+  std::optional<detail::Candidate> best;
+  for (detail::MemoryRule rule : {detail::MemoryRule::Pipelined, detail::MemoryRule::OneInFlight}) {
+    for (std::size_t m = 0; m < kRecomputeModes.size(); ++m) {
+      const double incumbent = best ? best->objective_ms : std::numeric_limits<double>::infinity();
+      if (std::optional<detail::Candidate> candidate = run(*costs[m], rule, incumbent)) {
+        best = std::move(candidate);
+        result.recompute = kRecomputeModes[m];
+      }
+    }
+    if (best) {
+      result.one_in_flight = rule == detail::MemoryRule::OneInFlight;
+      break;
+    }
+  }
+  if (!best) {
+    throw Error(ErrorKind::Infeasible,
+                cat("make_microbatches: strategy ", strategy_name(options.strategy),
+                    " must find micro-batches within memory_limit_bytes ",
+                    options.memory_limit_bytes, ", got none under any recompute mode"));
+  }
+  result.replicas = std::move(best->replicas);
+  result.objective_ms = best->objective_ms;
+  for (std::vector<MicroBatch>& replica : result.replicas) {
+    for (std::size_t k = 0; k < replica.size(); ++k) replica[k].id = static_cast<int>(k);
+  }
+  return result;
+}
+
+double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microbatch,
+                          Recompute recompute) {
+  double time_ms = 0;
+  for (int s = 0; s < cost_model.num_stages(); ++s) {
+    const StageCost c = cost_model.stage_cost(s, microbatch.shape, microbatch.density, recompute);
+    time_ms = std::max(time_ms, c.fwd_ms + c.bwd_ms);
+  }
+  return time_ms;
+}
+
+double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages) {
+  double sum = 0, max = 0;
+  for (double t : times_ms) {
+    sum += t;
+    max = std::max(max, t);
+  }
+  return sum + (num_stages - 1) * max;
+}
+
+double padding_efficiency(const BatchingResult& result) {
+  std::int64_t real = 0, computed = 0;
+  for (const auto& replica : result.replicas) {
+    for (const MicroBatch& mb : replica) {
+      real += mb.real_tokens;
+      computed += mb.shape.tokens();
+    }
+  }
+  return computed == 0 ? 1.0 : static_cast<double>(real) / static_cast<double>(computed);
+}
+
+}  // namespace dynapipe

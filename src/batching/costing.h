@@ -1,0 +1,117 @@
+// Private to batching/: costing shapes against the memory rule, with a per-call cache,
+// and building MicroBatch values from samples. Shared by the DP and the baselines.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "dynapipe/batching/batching.h"
+#include "dynapipe/core/microbatch.h"
+#include "dynapipe/core/model_kind.h"
+#include "dynapipe/core/sample.h"
+
+namespace dynapipe {
+class CostModel;
+}
+
+namespace dynapipe::detail {
+
+// How many micro-batches may be in flight at stage s when checking memory.
+enum class MemoryRule : std::uint8_t {
+  Pipelined,    // k_s = p − s, as under 1F1B
+  OneInFlight,  // k_s = 1: the schedule must limit micro-batches in flight
+};
+
+struct ShapeCost {
+  double time_ms = std::numeric_limits<double>::quiet_NaN();  // NaN = not evaluated yet
+  bool fits_pipelined = false;
+  bool fits_one = false;
+  std::int64_t one_bytes = 0;  // max over stages of static + stored + peak (k = 1)
+  int one_stage = 0;           // the stage attaining one_bytes
+  bool fits(MemoryRule rule) const {
+    return rule == MemoryRule::Pipelined ? fits_pipelined : fits_one;
+  }
+};
+
+// Time and memory feasibility of shapes under one recompute mode. Shapes with dense
+// attention are cached per (seqlen, dec_seqlen) row, indexed by batch.
+// Complexity: one evaluation = num_stages CostModel::stage_cost() calls.
+class ShapeCosts {
+ public:
+  using Row = std::vector<ShapeCost>;
+
+  ShapeCosts(const CostModel& cost_model, Recompute recompute, int num_stages,
+             std::int64_t memory_limit_bytes);
+
+  Recompute recompute() const { return recompute_; }
+  // Uncached, any density.
+  ShapeCost evaluate(const MicroBatchShape& shape, const AttentionDensity& density) const;
+  // Cached, dense attention. The reference stays valid for the life of this object.
+  Row* row(std::int64_t seqlen, std::int64_t dec_seqlen);
+  const ShapeCost& get(Row* row, std::int64_t seqlen, std::int64_t dec_seqlen,
+                       std::int64_t batch);
+  const ShapeCost& get(const MicroBatchShape& shape) {
+    return get(row(shape.seqlen, shape.dec_seqlen), shape.seqlen, shape.dec_seqlen, shape.batch);
+  }
+  std::int64_t evaluations() const { return evaluations_; }
+
+ private:
+  const CostModel& cost_model_;
+  Recompute recompute_;
+  int num_stages_;
+  std::int64_t memory_limit_bytes_;  // 0 = unlimited
+  std::vector<std::int64_t> static_bytes_;
+  std::unordered_map<std::uint64_t, Row> rows_;
+  mutable std::int64_t evaluations_ = 0;
+};
+
+// Token lengths of one sample as the model sees them, before rounding:
+// GPT enc = input + target, dec = 0; T5 enc = input, dec = target + 1 (bos ++ target).
+struct ModelLengths {
+  std::int64_t enc = 0;
+  std::int64_t dec = 0;
+};
+ModelLengths model_lengths(const Sample& sample, ModelKind kind);
+
+// One micro-batch of whole samples, one per row, padded to the longest.
+MicroBatch make_padded_microbatch(std::span<const Sample> samples,
+                                  std::span<const std::size_t> members, ModelKind kind,
+                                  std::int64_t seqlen_multiple);
+
+// Fills sample_ids, real_tokens and target_tokens from `members`.
+void fill_members(std::span<const Sample> samples, std::span<const std::size_t> members,
+                  MicroBatch* microbatch);
+
+// Costs every micro-batch (dense ones through the cache) and returns the objective
+// (max over replicas of Σt + (p−1)·max t), or nullopt if one does not fit under `rule`.
+std::optional<double> replicas_objective(const std::vector<std::vector<MicroBatch>>& replicas,
+                                         ShapeCosts& costs, MemoryRule rule, int num_stages);
+
+// A strategy's answer for one (memory rule, recompute mode).
+struct Candidate {
+  std::vector<std::vector<MicroBatch>> replicas;
+  double objective_ms = std::numeric_limits<double>::infinity();
+};
+
+// Strategy entry points (baselines.cpp, dynapipe_strategy.cpp). `order` is the
+// strategy-independent sorted order (order_samples()). nullopt: nothing feasible under
+// this rule and mode, or nothing strictly better than `incumbent_ms`.
+struct StrategyInput {
+  std::span<const Sample> samples;
+  std::span<const std::size_t> order;
+  const BatchingOptions& options;
+};
+std::optional<Candidate> run_dynapipe(const StrategyInput& input, ShapeCosts& costs,
+                                      MemoryRule rule, double incumbent_ms);
+std::optional<Candidate> run_padding(const StrategyInput& input, ShapeCosts& costs,
+                                     MemoryRule rule, double incumbent_ms);
+std::optional<Candidate> run_packing(const StrategyInput& input, ShapeCosts& costs,
+                                     MemoryRule rule, double incumbent_ms);
+std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts& costs,
+                                         MemoryRule rule, double incumbent_ms);
+
+}  // namespace dynapipe::detail

@@ -1,0 +1,255 @@
+#include "dynapipe/batching/dp_partitioner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dynapipe/core/error.h"
+
+namespace dynapipe {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// f(j) = min Σ t over partitions of items [0, j) using only segments with t <= threshold,
+// filled forward ("push"): when row i is read, f(i) is final because every segment
+// ending at i starts before it.
+class ThresholdDp {
+ public:
+  ThresholdDp(const SegmentTable& table, bool rows_monotone)
+      : table_(table), rows_monotone_(rows_monotone),
+        f_(static_cast<std::size_t>(table.size()) + 1), from_(f_.size(), -1) {}
+
+  // Returns f(n); +inf when no partition has every segment time <= threshold.
+  double run(double threshold) {
+    const int n = table_.size();
+    std::fill(f_.begin(), f_.end(), kInf);
+    f_[0] = 0;
+    for (int i = 0; i < n; ++i) {
+      const double f_i = f_[i];
+      if (f_i == kInf) continue;
+      const std::span<const double> row = table_.row(i);
+      for (std::size_t c = 0; c < row.size(); ++c) {
+        const double t = row[c];
+        if (t > threshold) {
+          if (rows_monotone_) break;  // the rest of the row is no faster
+          continue;
+        }
+        const double v = f_i + t;
+        const std::size_t j = static_cast<std::size_t>(i) + c + 1;
+        if (v < f_[j]) {  // strict: the earliest start wins ties (deterministic)
+          f_[j] = v;
+          from_[j] = i;
+        }
+      }
+    }
+    return f_[n];
+  }
+
+  // The partition of the last run(). REQUIRES: it returned a finite value.
+  void reconstruct(Partition* out) const {
+    out->starts.clear();
+    out->sum_ms = 0;
+    out->max_ms = 0;
+    for (int j = table_.size(); j > 0; j = from_[j]) {
+      const int i = from_[j];
+      DYNAPIPE_CHECK(i >= 0 && i < j, cat("broken back-pointer at ", j));
+      out->starts.push_back(i);
+      out->max_ms = std::max(out->max_ms, table_.time_ms(i, j - i));
+    }
+    std::reverse(out->starts.begin(), out->starts.end());
+    for (std::size_t k = 0; k < out->starts.size(); ++k) {
+      const int end = k + 1 < out->starts.size() ? out->starts[k + 1] : table_.size();
+      out->sum_ms += table_.time_ms(out->starts[k], end - out->starts[k]);
+    }
+  }
+
+ private:
+  const SegmentTable& table_;
+  bool rows_monotone_;
+  std::vector<double> f_;
+  std::vector<int> from_;
+};
+
+bool rows_non_decreasing(const SegmentTable& table) {
+  for (int i = 0; i < table.size(); ++i) {
+    const std::span<const double> row = table.row(i);
+    if (!std::is_sorted(row.begin(), row.end())) return false;
+  }
+  return true;
+}
+
+// Branch and bound over sorted thresholds (see solve_partition() in the header).
+class ThresholdSearch {
+ public:
+  ThresholdSearch(const SegmentTable& table, const PartitionOptions& options)
+      : table_(table), dp_(table, rows_non_decreasing(table)),
+        weight_(options.sum_weight), slope_(options.num_stages - 1) {
+    best_.objective_ms = options.incumbent_ms;
+  }
+
+  Partition exact() {
+    const double f_all = run(kInf);
+    if (f_all == kInf) return finish();
+    Partition unconstrained;
+    dp_.reconstruct(&unconstrained);
+    offer(f_all, unconstrained.max_ms);
+    if (slope_ == 0) return finish();
+
+    // Thresholds above T_up cannot beat the incumbent (f_T >= f_all), nor can those above
+    // max t of the unconstrained partition (f is already f_all there).
+    const double t_up =
+        std::min(unconstrained.max_ms, (best_.objective_ms - weight_ * f_all) / slope_);
+    double t_lo = 0;  // max over singletons: every smaller threshold is (usually) infeasible
+    for (int i = 0; i < table_.size(); ++i) {
+      if (table_.window(i) > 0) t_lo = std::max(t_lo, table_.time_ms(i, 1));
+    }
+    double below = -kInf;
+    for (int i = 0; i < table_.size(); ++i) {
+      for (double t : table_.row(i)) {
+        if (t < t_lo && t <= t_up) below = std::max(below, t);
+      }
+    }
+    double floor = t_lo;
+    if (below > -kInf && run(below) < kInf) floor = -kInf;  // non-monotone costs: keep all
+
+    std::vector<double> candidates;
+    for (int i = 0; i < table_.size(); ++i) {
+      for (double t : table_.row(i)) {
+        if (t >= floor && t <= t_up) candidates.push_back(t);
+      }
+    }
+    sort_unique(&candidates);
+    branch_and_bound(candidates, f_all, /*start_low=*/true);
+    return finish();
+  }
+
+  // The reference's candidate list: every segment time, sorted, thinned to values more
+  // than `interval_ms` above the last kept one; objective uses the threshold itself.
+  Partition thinned(double interval_ms) {
+    const double f_all = run(kInf);
+    if (f_all == kInf) return finish();
+    std::vector<double> all;
+    for (int i = 0; i < table_.size(); ++i) {
+      for (double t : table_.row(i)) {
+        if (std::isfinite(t)) all.push_back(t);
+      }
+    }
+    sort_unique(&all);
+    std::vector<double> candidates;
+    for (double t : all) {
+      if (candidates.empty() || t > candidates.back() + interval_ms) candidates.push_back(t);
+    }
+    // Deviation from the reference: it can drop every threshold >= the largest singleton
+    // and then report "infeasible"; the largest time keeps the search feasible.
+    if (candidates.back() < all.back()) candidates.push_back(all.back());
+    branch_and_bound(candidates, f_all, /*start_low=*/false);
+    return finish();
+  }
+
+ private:
+  struct Interval {
+    int lo, hi;         // exclusive; f known at lo (if lo >= 0) and at hi (if hi < m)
+    double f_lo, f_hi;  // f_hi at hi == m is f_all, a lower bound for every threshold
+  };
+
+  static void sort_unique(std::vector<double>* values) {
+    std::sort(values->begin(), values->end());
+    values->erase(std::unique(values->begin(), values->end()), values->end());
+  }
+
+  double run(double threshold) {
+    ++passes_;
+    return dp_.run(threshold);
+  }
+
+  // Records the last run's partition if w·f + (p−1)·threshold beats the incumbent.
+  void offer(double f, double threshold) {
+    const double objective = weight_ * f + slope_ * threshold;
+    if (objective < best_.objective_ms) {
+      dp_.reconstruct(&best_);
+      best_.objective_ms = objective;
+      best_.found = true;
+    }
+  }
+
+  void branch_and_bound(const std::vector<double>& c, double f_all, bool start_low) {
+    const int m = static_cast<int>(c.size());
+    std::vector<Interval> stack{{-1, m, kInf, f_all}};
+    Partition scratch;
+    while (!stack.empty()) {
+      const Interval node = stack.back();
+      stack.pop_back();
+      if (node.hi - node.lo <= 1) continue;
+      if (node.f_lo == node.f_hi) continue;  // f constant on [lo, hi]: lo was the best
+      if (weight_ * node.f_hi + slope_ * c[node.lo + 1] >= best_.objective_ms) continue;
+      const int mid = (start_low && node.lo < 0) ? 0 : node.lo + (node.hi - node.lo) / 2;
+      const double f = run(c[mid]);
+      if (f == kInf) {  // so is every smaller threshold
+        stack.push_back({mid, node.hi, kInf, node.f_hi});
+        continue;
+      }
+      // The partition's max t' <= c[mid] proves f constant on [t', c[mid]].
+      dp_.reconstruct(&scratch);
+      const int k_act = static_cast<int>(
+          std::lower_bound(c.begin(), c.begin() + mid + 1, scratch.max_ms) - c.begin());
+      offer(f, c[k_act]);
+      stack.push_back({mid, node.hi, f, node.f_hi});
+      stack.push_back({node.lo, k_act, node.f_lo, f});  // smaller thresholds first
+    }
+  }
+
+  Partition finish() {
+    best_.dp_passes = passes_;
+    if (!best_.found) best_.starts.clear();
+    return best_;
+  }
+
+  const SegmentTable& table_;
+  ThresholdDp dp_;
+  double weight_;
+  double slope_;
+  Partition best_;
+  int passes_ = 0;
+};
+
+}  // namespace
+
+SegmentTable::SegmentTable(int size)
+    : size_(size),
+      begin_(static_cast<std::size_t>(std::max(size, 0)), 0),
+      count_(static_cast<std::size_t>(std::max(size, 0)), 0) {
+  DYNAPIPE_CHECK(size >= 0, cat("segment table size ", size, " < 0"));
+}
+
+void SegmentTable::push(int start, double time_ms) {
+  DYNAPIPE_CHECK(start >= current_row_ && start < size_,
+                 cat("segment row ", start, " pushed after row ", current_row_, " (size ",
+                     size_, ")"));
+  DYNAPIPE_CHECK(!std::isnan(time_ms), cat("NaN time for a segment starting at ", start));
+  if (start != current_row_) {
+    begin_[start] = static_cast<std::int64_t>(time_ms_.size());
+    current_row_ = start;
+  }
+  DYNAPIPE_CHECK(start + count_[start] < size_,
+                 cat("segment from ", start, " past the end ", size_));
+  time_ms_.push_back(time_ms);
+  ++count_[start];
+}
+
+Partition solve_partition(const SegmentTable& table, const PartitionOptions& options) {
+  DYNAPIPE_CHECK(options.num_stages >= 1, cat("num_stages ", options.num_stages, " < 1"));
+  DYNAPIPE_CHECK(options.sum_weight > 0, cat("sum_weight ", options.sum_weight, " <= 0"));
+  DYNAPIPE_CHECK(options.min_tmax_interval_ms >= 0,
+                 cat("min_tmax_interval_ms ", options.min_tmax_interval_ms, " < 0"));
+  if (table.size() == 0) {
+    Partition empty;
+    empty.found = 0 < options.incumbent_ms;
+    empty.objective_ms = empty.found ? 0 : options.incumbent_ms;
+    return empty;
+  }
+  ThresholdSearch search(table, options);
+  return options.min_tmax_interval_ms > 0 ? search.thinned(options.min_tmax_interval_ms)
+                                          : search.exact();
+}
+
+}  // namespace dynapipe

@@ -1,0 +1,434 @@
+#include "dynapipe/batching/batching.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "batching/random_batches.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/units.h"
+#include "support/fake_cost_model.h"
+
+namespace dynapipe {
+namespace {
+
+using ::testing::HasSubstr;
+
+GlobalBatch gpt_batch(const std::vector<std::int32_t>& lengths) {
+  GlobalBatch batch;
+  for (std::size_t k = 0; k < lengths.size(); ++k) {
+    batch.samples.push_back({.id = static_cast<SampleId>(k), .input_len = lengths[k]});
+  }
+  return batch;
+}
+
+std::vector<std::vector<SampleId>> ids_of(const std::vector<MicroBatch>& replica) {
+  std::vector<std::vector<SampleId>> out;
+  for (const MicroBatch& mb : replica) out.push_back(mb.sample_ids);
+  return out;
+}
+
+std::vector<MicroBatchShape> shapes_of(const std::vector<MicroBatch>& replica) {
+  std::vector<MicroBatchShape> out;
+  for (const MicroBatch& mb : replica) out.push_back(mb.shape);
+  return out;
+}
+
+template <typename F>
+void expect_error(F&& f, ErrorKind kind, const std::string& substring) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown; expected one containing '" << substring << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(substring));
+  }
+}
+
+TEST(StrategyTest, NamesRoundTrip) {
+  for (std::string_view name : strategy_names()) {
+    const std::optional<Strategy> parsed = parse_strategy(name);
+    ASSERT_TRUE(parsed.has_value()) << name;
+    EXPECT_EQ(strategy_name(*parsed), name);
+  }
+  EXPECT_EQ(strategy_names().size(), 5u);
+  EXPECT_EQ(strategy_name(Strategy::PackingVarlen), "packing-varlen");
+  EXPECT_FALSE(parse_strategy("Padding").has_value());
+}
+
+TEST(DynaPipeTest, ReferenceFixtureFourStages) {
+  const FakeCostModel model({.num_stages = 4});
+  const GlobalBatch batch = gpt_batch({1000, 980, 500, 490, 480, 100, 90, 80});
+  const BatchingResult result =
+      make_microbatches(batch, model, {.num_stages = 4, .max_seqlen = 2048});
+  ASSERT_EQ(result.replicas.size(), 1u);
+  const std::vector<MicroBatch>& mbs = result.replicas[0];
+  EXPECT_NEAR(result.objective_ms, 32.376, 1e-9);
+  EXPECT_EQ(result.recompute, Recompute::None);
+  EXPECT_FALSE(result.one_in_flight);
+  EXPECT_EQ(ids_of(mbs), (std::vector<std::vector<SampleId>>{{0}, {1}, {2}, {3, 4}, {5, 6, 7}}));
+  EXPECT_EQ(shapes_of(mbs), (std::vector<MicroBatchShape>{
+                                {1, 1000, 0}, {1, 984, 0}, {1, 504, 0}, {2, 496, 0}, {3, 104, 0}}));
+  for (std::size_t k = 0; k < mbs.size(); ++k) {
+    EXPECT_EQ(mbs[k].id, static_cast<int>(k));
+    EXPECT_TRUE(mbs[k].rows.empty());
+    EXPECT_EQ(mbs[k].density, AttentionDensity{});
+  }
+  EXPECT_EQ(mbs[3].real_tokens, 970);
+  EXPECT_EQ(mbs[3].target_tokens, 0);
+}
+
+TEST(DynaPipeTest, ReferenceThinningIsWorseThanExact) {
+  const FakeCostModel model({.num_stages = 4});
+  const GlobalBatch batch = gpt_batch({1000, 980, 500, 490, 480, 100, 90, 80});
+  const BatchingResult result = make_microbatches(
+      batch, model, {.num_stages = 4, .max_seqlen = 2048, .min_tmax_interval_ms = 5});
+  // The thinned DP picks cuts 0,1,2,5 (its own threshold objective is 39.204); the
+  // result reports that partition's real objective: 17.424 + 3·6.036.
+  EXPECT_EQ(ids_of(result.replicas[0]),
+            (std::vector<std::vector<SampleId>>{{0}, {1}, {2, 3, 4}, {5, 6, 7}}));
+  EXPECT_NEAR(result.objective_ms, 35.532, 1e-9);
+}
+
+TEST(DynaPipeTest, ReferenceFixtureOneStage) {
+  const FakeCostModel model({.num_stages = 1});
+  // Shuffled on purpose: the DP sorts.
+  const GlobalBatch batch = gpt_batch({300, 2048, 40, 1500, 700, 16, 1200, 120, 650, 64});
+  const BatchingResult result = make_microbatches(batch, model, {.max_seqlen = 2048});
+  EXPECT_NEAR(result.objective_ms, 28.944, 1e-9);
+  EXPECT_EQ(ids_of(result.replicas[0]),
+            (std::vector<std::vector<SampleId>>{{1}, {3, 6}, {4, 8, 0}, {7, 9, 2, 5}}));
+}
+
+TEST(DynaPipeTest, GptShapeCountsInputPlusTarget) {
+  const FakeCostModel model({.num_stages = 1});
+  GlobalBatch batch;
+  batch.samples = {{.id = 3, .input_len = 10, .target_len = 7}};
+  const BatchingResult result = make_microbatches(batch, model, {.max_seqlen = 64});
+  ASSERT_EQ(result.replicas[0].size(), 1u);
+  EXPECT_EQ(result.replicas[0][0].shape, (MicroBatchShape{1, 24, 0}));
+  EXPECT_EQ(result.replicas[0][0].real_tokens, 17);
+  EXPECT_EQ(result.replicas[0][0].target_tokens, 7);
+}
+
+TEST(DynaPipeTest, T5DecoderReadsBosPlusTarget) {
+  const FakeCostModel model({.num_stages = 1});
+  GlobalBatch batch;
+  batch.samples = {{.id = 0, .input_len = 9, .target_len = 7},
+                   {.id = 1, .input_len = 3, .target_len = 8}};
+  const BatchingResult result = make_microbatches(
+      batch, model, {.kind = ModelKind::T5, .max_seqlen = 64, .max_target_len = 16});
+  ASSERT_EQ(result.replicas[0].size(), 1u);  // one micro-batch beats two at p = 1
+  // enc round8(9) = 16; dec round8(max(7, 8) + 1) = 16.
+  EXPECT_EQ(result.replicas[0][0].shape, (MicroBatchShape{2, 16, 16}));
+  EXPECT_EQ(result.replicas[0][0].real_tokens, 27);
+  EXPECT_EQ(result.replicas[0][0].target_tokens, 15);
+}
+
+TEST(PaddingTest, DataOrderFixedBatchPaddedToMaxSeqlen) {
+  const FakeCostModel model({.num_stages = 1});
+  const GlobalBatch batch = gpt_batch({5, 60, 7, 33, 12});
+  const BatchingResult result = make_microbatches(
+      batch, model,
+      {.strategy = Strategy::Padding, .max_seqlen = 60, .fixed_batch = 2});
+  EXPECT_EQ(ids_of(result.replicas[0]), (std::vector<std::vector<SampleId>>{{0, 1}, {2, 3}, {4}}));
+  EXPECT_EQ(shapes_of(result.replicas[0]),
+            (std::vector<MicroBatchShape>{{2, 64, 0}, {2, 64, 0}, {1, 64, 0}}));
+  // 117 real tokens of 5·64 computed.
+  EXPECT_NEAR(padding_efficiency(result), 117.0 / 320.0, 1e-12);
+}
+
+TEST(PaddingTest, LargestBatchThatFitsAndStridedReplicas) {
+  // One stage: memory = static 1000 + 10 bytes/token stored + 0 peak; 64-token rows.
+  const FakeCostModel model({.num_stages = 1, .bytes_per_token = 10, .full_bytes_per_token = 10,
+                             .static_bytes = 1000});
+  const GlobalBatch batch = gpt_batch({5, 60, 7, 33, 12, 1, 2, 3});
+  // 3 rows = 1000 + 1920 <= 3000 < 1000 + 2560.
+  const BatchingResult result = make_microbatches(
+      batch, model,
+      {.strategy = Strategy::Padding, .dp = 2, .memory_limit_bytes = 3000, .max_seqlen = 64});
+  ASSERT_EQ(result.replicas.size(), 2u);
+  EXPECT_EQ(ids_of(result.replicas[0]), (std::vector<std::vector<SampleId>>{{0, 2, 4}, {6}}));
+  EXPECT_EQ(ids_of(result.replicas[1]), (std::vector<std::vector<SampleId>>{{1, 3, 5}, {7}}));
+  EXPECT_EQ(result.replicas[0][0].shape, (MicroBatchShape{3, 64, 0}));
+}
+
+TEST(PackingTest, FirstFitInDataOrderDenseRows) {
+  const FakeCostModel model({.num_stages = 1});
+  const GlobalBatch batch = gpt_batch({2, 5, 6, 3, 4});
+  const BatchingResult result = make_microbatches(
+      batch, model,
+      {.strategy = Strategy::Packing, .max_seqlen = 10, .seqlen_multiple = 1, .fixed_batch = 2});
+  ASSERT_EQ(result.replicas[0].size(), 1u);
+  const MicroBatch& mb = result.replicas[0][0];
+  EXPECT_EQ(mb.rows, (std::vector<std::vector<SampleId>>{{0, 1, 3}, {2, 4}}));
+  EXPECT_EQ(mb.sample_ids, (std::vector<SampleId>{0, 1, 3, 2, 4}));
+  EXPECT_EQ(mb.shape, (MicroBatchShape{2, 10, 0}));
+  EXPECT_EQ(mb.density, AttentionDensity{});
+  EXPECT_EQ(mb.real_tokens, 20);
+}
+
+TEST(PackingTest, VarlenBestFitDecreasingWithDensity) {
+  const FakeCostModel model({.num_stages = 1});
+  const GlobalBatch batch = gpt_batch({2, 5, 6, 3, 4});
+  const BatchingResult result = make_microbatches(
+      batch, model,
+      {.strategy = Strategy::PackingVarlen, .max_seqlen = 10, .seqlen_multiple = 1,
+       .fixed_batch = 2});
+  ASSERT_EQ(result.replicas[0].size(), 1u);
+  const MicroBatch& mb = result.replicas[0][0];
+  // 6 opens row 0, 5 row 1; 4 joins the fuller row 0; 3 and 2 fill row 1.
+  EXPECT_EQ(mb.rows, (std::vector<std::vector<SampleId>>{{2, 4}, {1, 3, 0}}));
+  EXPECT_EQ(mb.shape, (MicroBatchShape{2, 10, 0}));
+  EXPECT_NEAR(mb.density.enc, (36.0 + 16 + 25 + 9 + 4) / (2 * 100.0), 1e-12);
+}
+
+TEST(PackingTest, T5RowsRespectBothCapacities) {
+  const FakeCostModel model({.num_stages = 1});
+  GlobalBatch batch;
+  // Inputs would all fit in one 16-token row, targets (+1 bos each) in 8 do not.
+  batch.samples = {{.id = 0, .input_len = 4, .target_len = 3},
+                   {.id = 1, .input_len = 4, .target_len = 3},
+                   {.id = 2, .input_len = 4, .target_len = 2}};
+  const BatchingResult result = make_microbatches(
+      batch, model,
+      {.strategy = Strategy::Packing, .kind = ModelKind::T5, .max_seqlen = 16,
+       .max_target_len = 7, .seqlen_multiple = 1, .fixed_batch = 4});
+  const MicroBatch& mb = result.replicas[0][0];
+  EXPECT_EQ(mb.rows, (std::vector<std::vector<SampleId>>{{0, 1}, {2}}));
+  EXPECT_EQ(mb.shape, (MicroBatchShape{2, 8, 8}));
+}
+
+TEST(TokenBasedTest, GrowsWhilePaddedTokensFitTheBudget) {
+  const FakeCostModel model({.num_stages = 1});
+  const GlobalBatch batch = gpt_batch({40, 100, 30, 90, 50});
+  const BatchingResult result = make_microbatches(
+      batch, model, {.strategy = Strategy::TokenBased, .max_seqlen = 128, .token_budget = 200});
+  // Sorted 100, 90, 50, 40, 30 → rounded 104 | 96, 56 (192) | 40, 32 (80).
+  EXPECT_EQ(ids_of(result.replicas[0]), (std::vector<std::vector<SampleId>>{{1}, {3, 4}, {0, 2}}));
+  EXPECT_EQ(shapes_of(result.replicas[0]),
+            (std::vector<MicroBatchShape>{{1, 104, 0}, {2, 96, 0}, {2, 40, 0}}));
+}
+
+TEST(BatchingTest, InfeasibleSampleIsNamed) {
+  const FakeCostModel model({.num_stages = 2, .bytes_per_token = 100,
+                             .full_bytes_per_token = 10, .static_bytes = 1000});
+  const GlobalBatch batch = gpt_batch({50, 900, 60});
+  // Sample 1 alone, full recompute: 1000 + 10·904 = 10040 bytes > 10000.
+  expect_error([&] {
+    make_microbatches(batch, model, {.num_stages = 2, .memory_limit_bytes = 10000,
+                                     .max_seqlen = 1024});
+  }, ErrorKind::Infeasible, "sample 1 alone (input_len 900, target_len 0, shape 1x904+0) must be "
+                            "<= memory_limit_bytes 10000, got 10040 bytes");
+  expect_error([&] {
+    make_microbatches(batch, model, {.strategy = Strategy::Padding, .num_stages = 2,
+                                     .memory_limit_bytes = 10000, .max_seqlen = 1024});
+  }, ErrorKind::Infeasible, "one padded row");
+}
+
+TEST(BatchingTest, FallsBackToRecomputeThenToOneInFlight) {
+  // p = 2: stage 0 holds 2 in flight. Stored 100 B/token (none), 10 (full).
+  const FakeCostModel model({.num_stages = 2, .bytes_per_token = 100,
+                             .full_bytes_per_token = 10, .static_bytes = 0});
+  const GlobalBatch batch = gpt_batch({64, 64});
+  // One 64-token sample: none needs 2·6400 > 10000, full 2·640: recompute full.
+  const BatchingResult full = make_microbatches(
+      batch, model, {.num_stages = 2, .memory_limit_bytes = 10000, .max_seqlen = 64});
+  EXPECT_EQ(full.recompute, Recompute::Full);
+  EXPECT_FALSE(full.one_in_flight);
+  // With 1000 bytes nothing fits two in flight, one does with full recompute.
+  const BatchingResult one = make_microbatches(
+      batch, model, {.num_stages = 2, .memory_limit_bytes = 1000, .max_seqlen = 64});
+  EXPECT_TRUE(one.one_in_flight);
+  EXPECT_EQ(one.recompute, Recompute::Full);
+}
+
+TEST(BatchingTest, RejectsBadInput) {
+  const FakeCostModel model({.num_stages = 2});
+  const GlobalBatch batch = gpt_batch({10, 20});
+  expect_error([&] { make_microbatches(batch, model, {.num_stages = 2, .dp = 0}); },
+               ErrorKind::InvalidArgument, "dp must be >= 1, got 0");
+  expect_error([&] { make_microbatches(batch, model, {.num_stages = 3}); },
+               ErrorKind::InvalidArgument, "stage count must equal num_stages 3, got 2");
+  expect_error([&] { make_microbatches(batch, model, {.num_stages = 2, .max_seqlen = 16}); },
+               ErrorKind::InvalidArgument, "sample 1: input_len + target_len must be <= max_seqlen 16");
+  expect_error([&] { make_microbatches(batch, model, {.kind = ModelKind::T5, .num_stages = 2}); },
+               ErrorKind::InvalidArgument, "max_target_len must be >= 1 for t5, got 0");
+  GlobalBatch twice = batch;
+  twice.samples[1].id = 0;
+  expect_error([&] { make_microbatches(twice, model, {.num_stages = 2}); },
+               ErrorKind::InvalidArgument, "sample ids must be unique, got 0 twice");
+}
+
+TEST(BatchingTest, EmptyBatchGivesEmptyReplicas) {
+  const FakeCostModel model({.num_stages = 1});
+  const BatchingResult result = make_microbatches(GlobalBatch{}, model, {.dp = 3});
+  EXPECT_EQ(result.replicas.size(), 3u);
+  EXPECT_EQ(result.objective_ms, 0);
+  EXPECT_EQ(padding_efficiency(result), 1.0);
+}
+
+// ---- Properties on random batches ---------------------------------------------------
+
+struct RandomCase {
+  GlobalBatch batch;
+  BatchingOptions options;
+  FakeCostParams params;
+};
+
+RandomCase random_case(std::uint64_t seed) {
+  Rng rng(seed * 7919 + 13);
+  RandomCase c;
+  const bool t5 = rng.uniform_int(0, 1) == 1;
+  const int count = static_cast<int>(rng.uniform_int(1, 48));
+  const int stages[] = {1, 2, 4, 8};
+  c.options.kind = t5 ? ModelKind::T5 : ModelKind::Gpt;
+  c.options.num_stages = stages[rng.uniform_int(0, 3)];
+  c.options.dp = static_cast<int>(rng.uniform_int(1, 3));
+  c.options.max_seqlen = 2048;
+  c.options.max_target_len = t5 ? 512 : 0;
+  c.batch = t5 ? testing::random_t5_batch(seed, count, 2048, 512)
+               : testing::random_gpt_batch(seed, count, 2048);
+  c.params = {.num_stages = c.options.num_stages,
+              .fixed_ms = rng.uniform(0.05, 2.0),
+              .ms_per_token = rng.uniform(1e-4, 2e-3),
+              .ms_per_attention = rng.uniform(0, 1e-6),
+              .bytes_per_token = 1000,
+              .bytes_per_attention = 1,
+              .full_bytes_per_token = 100,
+              .peak_bytes_per_token = 200,
+              .static_bytes = 1'000'000};
+  for (int s = 0; s < c.options.num_stages; ++s) c.params.stage_scale.push_back(rng.uniform(0.8, 1.2));
+  // Mostly limited: from "only one full-recompute row in flight" to roomy.
+  if (rng.uniform() < 0.8) c.options.memory_limit_bytes = rng.uniform_int(3'000'000, 80'000'000);
+  return c;
+}
+
+// Every sample exactly once; every micro-batch's fields consistent with its members;
+// memory within the limit under the declared rule; the objective recomputes.
+void check_result(const RandomCase& c, const FakeCostModel& model, const BatchingResult& r,
+                  std::uint64_t seed) {
+  const BatchingOptions& o = c.options;
+  ASSERT_EQ(r.replicas.size(), static_cast<std::size_t>(o.dp));
+  std::multiset<SampleId> seen;
+  double objective = 0;
+  for (const auto& replica : r.replicas) {
+    std::vector<double> times;
+    for (std::size_t k = 0; k < replica.size(); ++k) {
+      const MicroBatch& mb = replica[k];
+      ASSERT_EQ(mb.id, static_cast<int>(k));
+      ASSERT_FALSE(mb.sample_ids.empty());
+      std::int64_t real = 0, target = 0, enc = 0, dec = 0;
+      for (SampleId id : mb.sample_ids) {
+        seen.insert(id);
+        const Sample& s = c.batch.samples[static_cast<std::size_t>(id)];
+        real += s.input_len + s.target_len;
+        target += s.target_len;
+        enc = std::max<std::int64_t>(enc, o.kind == ModelKind::Gpt ? s.input_len + s.target_len : s.input_len);
+        dec = std::max<std::int64_t>(dec, o.kind == ModelKind::Gpt ? 0 : s.target_len + 1);
+      }
+      ASSERT_EQ(mb.real_tokens, real);
+      ASSERT_EQ(mb.target_tokens, target);
+      ASSERT_EQ(mb.shape.seqlen % o.seqlen_multiple, 0);
+      ASSERT_EQ(mb.shape.dec_seqlen % o.seqlen_multiple, 0);
+      if (mb.rows.empty()) {
+        ASSERT_EQ(mb.shape.batch, static_cast<std::int64_t>(mb.sample_ids.size()));
+        ASSERT_GE(mb.shape.seqlen, enc);
+        ASSERT_GE(mb.shape.dec_seqlen, dec);
+      } else {
+        ASSERT_EQ(mb.shape.batch, static_cast<std::int64_t>(mb.rows.size()));
+        ASSERT_LE(mb.shape.seqlen, round_up(o.max_seqlen, o.seqlen_multiple));
+      }
+      for (int s = 0; s < o.num_stages; ++s) {
+        const StageCost cost = model.stage_cost(s, mb.shape, mb.density, r.recompute);
+        const std::int64_t k_s = r.one_in_flight ? 1 : o.num_stages - s;
+        if (o.memory_limit_bytes > 0) {
+          ASSERT_LE(model.static_bytes(s) + k_s * cost.stored_bytes + cost.peak_bytes,
+                    o.memory_limit_bytes)
+              << "seed " << seed << " stage " << s;
+        }
+      }
+      times.push_back(microbatch_time_ms(model, mb, r.recompute));
+    }
+    objective = std::max(objective, pipeline_objective_ms(times, o.num_stages));
+  }
+  std::multiset<SampleId> all;
+  for (const Sample& s : c.batch.samples) all.insert(s.id);
+  ASSERT_EQ(seen, all) << "seed " << seed;
+  ASSERT_NEAR(r.objective_ms, objective, 1e-6 * std::max(1.0, objective)) << "seed " << seed;
+}
+
+TEST(BatchingPropertyTest, EveryStrategyCoversFitsAndIsDeterministic) {
+  constexpr Strategy kStrategies[] = {Strategy::DynaPipe, Strategy::Padding, Strategy::Packing,
+                                      Strategy::PackingVarlen, Strategy::TokenBased};
+  int compared_padding = 0, compared_token = 0;
+  for (std::uint64_t seed = 1; seed <= 1500; ++seed) {
+    RandomCase c = random_case(seed);
+    const FakeCostModel model(c.params);
+    std::optional<BatchingResult> results[5];
+    for (int s = 0; s < 5; ++s) {
+      c.options.strategy = kStrategies[s];
+      try {
+        results[s] = make_microbatches(c.batch, model, c.options);
+      } catch (const Error& e) {
+        // Only a memory limit too small for one sample (or padded row) may refuse.
+        ASSERT_EQ(e.kind(), ErrorKind::Infeasible) << "seed " << seed << ": " << e.what();
+        continue;
+      }
+      ASSERT_NO_FATAL_FAILURE(check_result(c, model, *results[s], seed))
+          << strategy_name(kStrategies[s]);
+    }
+    // Same cost model, same memory rule: DynaPipe is never worse than padding (its
+    // sorted shards can copy padding's micro-batch sizes at lower lengths) and, with one
+    // replica, never worse than token-based (a consecutive partition of the same order).
+    const auto& dyna = results[0];
+    if (dyna && results[1] && dyna->one_in_flight == results[1]->one_in_flight) {
+      EXPECT_LE(dyna->objective_ms, results[1]->objective_ms * (1 + 1e-12)) << "seed " << seed;
+      ++compared_padding;
+    }
+    if (dyna && results[4] && c.options.dp == 1 &&
+        dyna->one_in_flight == results[4]->one_in_flight) {
+      EXPECT_LE(dyna->objective_ms, results[4]->objective_ms * (1 + 1e-12)) << "seed " << seed;
+      ++compared_token;
+    }
+    if (seed % 10 == 0 && dyna) {  // determinism
+      c.options.strategy = Strategy::DynaPipe;
+      const BatchingResult again = make_microbatches(c.batch, model, c.options);
+      ASSERT_EQ(again.objective_ms, dyna->objective_ms);
+      for (std::size_t r = 0; r < again.replicas.size(); ++r) {
+        ASSERT_EQ(ids_of(again.replicas[r]), ids_of(dyna->replicas[r]));
+        ASSERT_EQ(shapes_of(again.replicas[r]), shapes_of(dyna->replicas[r]));
+      }
+    }
+  }
+  EXPECT_GT(compared_padding, 1000);
+  EXPECT_GT(compared_token, 300);
+}
+
+TEST(BatchingPropertyTest, AutoReplicaSplitIsTheBetterOfBoth) {
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.dp = 2 + static_cast<int>(seed % 3);
+    const FakeCostModel model(c.params);
+    double objective[3];
+    bool ok = true;
+    for (ReplicaSplit split : {ReplicaSplit::Auto, ReplicaSplit::Microbatches, ReplicaSplit::Samples}) {
+      c.options.replica_split = split;
+      try {
+        const BatchingResult r = make_microbatches(c.batch, model, c.options);
+        check_result(c, model, r, seed);
+        objective[static_cast<int>(split)] = r.objective_ms;
+      } catch (const Error& e) {
+        ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
+        ok = false;
+      }
+    }
+    if (!ok) continue;
+    EXPECT_LE(objective[0], std::min(objective[1], objective[2]) * (1 + 1e-12)) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace dynapipe

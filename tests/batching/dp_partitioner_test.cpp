@@ -1,0 +1,186 @@
+#include "dynapipe/batching/dp_partitioner.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "dynapipe/core/rng.h"
+#include "dynapipe/core/units.h"
+
+namespace dynapipe {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The reference's toy cost: t = 3·(0.5 + 0.001·count·round8(max length)), lengths sorted
+// descending so the first item of a segment is its longest.
+SegmentTable toy_table(const std::vector<std::int64_t>& lengths) {
+  const int n = static_cast<int>(lengths.size());
+  SegmentTable table(n);
+  for (int i = 0; i < n; ++i) {
+    for (int c = 1; i + c <= n; ++c) {
+      table.push(i, 3 * (0.5 + 0.001 * c * static_cast<double>(round_up(lengths[i], 8))));
+    }
+  }
+  return table;
+}
+
+struct BruteForce {
+  double objective = kInf;
+  std::vector<int> starts;
+};
+
+// Every one of the 2^(n−1) cut sets.
+BruteForce brute_force(const SegmentTable& table, int num_stages, double weight) {
+  const int n = table.size();
+  BruteForce best;
+  for (std::uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
+    std::vector<int> starts{0};
+    for (int k = 1; k < n; ++k) {
+      if (mask & (1u << (k - 1))) starts.push_back(k);
+    }
+    double sum = 0, max = 0;
+    bool ok = true;
+    for (std::size_t s = 0; s < starts.size() && ok; ++s) {
+      const int end = s + 1 < starts.size() ? starts[s + 1] : n;
+      const int count = end - starts[s];
+      if (count > table.window(starts[s])) {
+        ok = false;
+        break;
+      }
+      const double t = table.time_ms(starts[s], count);
+      sum += t;
+      max = std::max(max, t);
+    }
+    if (!ok) continue;
+    const double objective = weight * sum + (num_stages - 1) * max;
+    if (objective < best.objective) best = {objective, starts};
+  }
+  return best;
+}
+
+TEST(DpPartitionerTest, ReferenceFixtureFourStagesIsExact) {
+  const SegmentTable table = toy_table({1000, 980, 500, 490, 480, 100, 90, 80});
+  const Partition best = solve_partition(table, {.num_stages = 4});
+  ASSERT_TRUE(best.found);
+  EXPECT_NEAR(best.objective_ms, 32.376, 1e-9);
+  EXPECT_EQ(best.starts, (std::vector<int>{0, 1, 2, 3, 5}));
+  EXPECT_NEAR(best.sum_ms, 18.876, 1e-9);
+  EXPECT_NEAR(best.max_ms, 4.5, 1e-9);
+}
+
+TEST(DpPartitionerTest, ReferenceThinningReproducesItsSuboptimalAnswer) {
+  const SegmentTable table = toy_table({1000, 980, 500, 490, 480, 100, 90, 80});
+  const Partition thinned =
+      solve_partition(table, {.num_stages = 4, .min_tmax_interval_ms = 5});
+  ASSERT_TRUE(thinned.found);
+  EXPECT_NEAR(thinned.objective_ms, 39.204, 1e-9);
+  EXPECT_EQ(thinned.starts, (std::vector<int>{0, 1, 2, 5}));
+}
+
+TEST(DpPartitionerTest, ReferenceFixtureOneStageMinimisesTheSum) {
+  const SegmentTable table = toy_table({2048, 1500, 1200, 700, 650, 300, 120, 64, 40, 16});
+  const Partition best = solve_partition(table, {.num_stages = 1});
+  ASSERT_TRUE(best.found);
+  EXPECT_NEAR(best.objective_ms, 28.944, 1e-9);
+  EXPECT_EQ(best.starts, (std::vector<int>{0, 1, 3, 6}));
+  EXPECT_EQ(best.dp_passes, 1);
+}
+
+TEST(DpPartitionerTest, EmptyAndUncoverableTables) {
+  EXPECT_TRUE(solve_partition(SegmentTable(0), {.num_stages = 4}).found);
+  SegmentTable gap(3);  // item 1 starts no segment and none covers it
+  gap.push(0, 1.0);
+  gap.push(2, 1.0);
+  const Partition none = solve_partition(gap, {.num_stages = 2});
+  EXPECT_FALSE(none.found);
+  EXPECT_TRUE(none.starts.empty());
+}
+
+TEST(DpPartitionerTest, IncumbentPrunesWorseSolutions) {
+  const SegmentTable table = toy_table({1000, 980, 500, 490, 480, 100, 90, 80});
+  EXPECT_FALSE(solve_partition(table, {.num_stages = 4, .incumbent_ms = 32.0}).found);
+  EXPECT_TRUE(solve_partition(table, {.num_stages = 4, .incumbent_ms = 32.5}).found);
+}
+
+// Random tables, three families: toy-cost monotone rows without and with memory windows,
+// and arbitrary times (non-monotone), checked against all 2^(n−1) cut sets.
+TEST(DpPartitionerTest, MatchesBruteForceOnRandomTables) {
+  int checked = 0;
+  for (std::uint64_t seed = 1; seed <= 600; ++seed) {
+    Rng rng(seed);
+    const int n = static_cast<int>(rng.uniform_int(1, 12));
+    const int family = static_cast<int>(seed % 3);
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(n));
+    for (auto& l : lengths) l = rng.uniform_int(1, 2048);
+    std::sort(lengths.rbegin(), lengths.rend());
+    const double fixed = rng.uniform(0.01, 2.0), per_token = rng.uniform(1e-4, 3e-3);
+    const std::int64_t token_cap = rng.uniform_int(2048, 8192);
+    SegmentTable table(n);
+    for (int i = 0; i < n; ++i) {
+      for (int c = 1; i + c <= n; ++c) {
+        const std::int64_t tokens = c * round_up(lengths[static_cast<std::size_t>(i)], 8);
+        if (family == 1 && c > 1 && tokens > token_cap) break;  // memory window
+        const double t = family == 2 ? rng.uniform(0.1, 10.0)
+                                     : fixed + per_token * static_cast<double>(tokens);
+        table.push(i, t);
+      }
+    }
+    for (int p : {1, 2, 4, 8}) {
+      for (double weight : {1.0, 0.5}) {
+        const BruteForce expected = brute_force(table, p, weight);
+        const Partition got = solve_partition(table, {.num_stages = p, .sum_weight = weight});
+        ASSERT_TRUE(got.found) << "seed " << seed << " p " << p;
+        ASSERT_NEAR(got.objective_ms, expected.objective, 1e-9)
+            << "seed " << seed << " family " << family << " n " << n << " p " << p;
+        // The reported partition really has the reported objective.
+        ASSERT_NEAR(weight * got.sum_ms + (p - 1) * got.max_ms, got.objective_ms, 1e-9);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 600 * 8);
+}
+
+TEST(DpPartitionerTest, ThinnedSearchEqualsEvaluatingEveryKeptThreshold) {
+  for (std::uint64_t seed = 1; seed <= 100; ++seed) {
+    Rng rng(seed);
+    const int n = static_cast<int>(rng.uniform_int(2, 10));
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(n));
+    for (auto& l : lengths) l = rng.uniform_int(1, 2048);
+    std::sort(lengths.rbegin(), lengths.rend());
+    const SegmentTable table = toy_table(lengths);
+    const double interval = rng.uniform(0.5, 5.0);
+    // Reference semantics, spelled out: for every kept threshold T, brute-force f_T.
+    std::vector<double> all;
+    for (int i = 0; i < n; ++i) {
+      for (double t : table.row(i)) all.push_back(t);
+    }
+    std::sort(all.begin(), all.end());
+    std::vector<double> kept;
+    for (double t : all) {
+      if (kept.empty() || t > kept.back() + interval) kept.push_back(t);
+    }
+    if (kept.back() < all.back()) kept.push_back(all.back());  // our one deviation
+    double expected = kInf;
+    for (double threshold : kept) {
+      SegmentTable capped(n);
+      for (int i = 0; i < n; ++i) {
+        for (double t : table.row(i)) {
+          if (t > threshold) break;
+          capped.push(i, t);
+        }
+      }
+      const BruteForce f = brute_force(capped, 1, 1.0);
+      if (f.objective < kInf) expected = std::min(expected, f.objective + 3 * threshold);
+    }
+    const Partition got =
+        solve_partition(table, {.num_stages = 4, .min_tmax_interval_ms = interval});
+    ASSERT_NEAR(got.objective_ms, expected, 1e-9) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace dynapipe

@@ -1,0 +1,113 @@
+// FakeCostModel: a CostModel test double with closed-form, monotone costs, for tests and
+// benches of the modules that consume a cost model (batching, schedule, planner).
+//
+// Per stage s, for a shape (batch b, seqlen L, dec_seqlen D) and density (de, dd):
+//   base_ms   = stage_scale[s] · (fixed_ms + ms_per_token·b·(L + D)
+//                                 + ms_per_attention·b·(de·L² + dd·D²))
+//   fwd_ms    = base_ms,  bwd_ms = 2·base_ms        (so fwd + bwd = 3·base_ms)
+//   recompute: selective adds selective_extra·base_ms to bwd, full adds base_ms.
+//   stored    = bytes_per_token·b·(L+D)  (+ bytes_per_attention·b·(de·L² + dd·D²) unless
+//               selective/full); full keeps only full_bytes_per_token·b·(L+D)
+//   peak      = peak_bytes_per_token·b·(L+D)
+//   static    = static_bytes (every stage)
+// With the defaults, fwd + bwd = 3·(0.5 + 0.001·b·L) ms: the toy cost of the reference's
+// DP fixtures. Everything is non-decreasing in b, L, D, as real models are.
+//
+//   FakeCostModel model({.num_stages = 4});
+//   FakeCostModel model(FakeCostParams{.num_stages = 2, .bytes_per_token = 1000});
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dynapipe/cost/cost_model.h"
+
+namespace dynapipe {
+
+struct FakeCostParams {
+  int num_stages = 1;
+  double fixed_ms = 0.5;
+  double ms_per_token = 0.001;
+  double ms_per_attention = 0;
+  double selective_extra = 0.1;
+  std::vector<double> stage_scale = {};  // per stage time factor; empty = all 1
+  std::int64_t bytes_per_token = 0;
+  std::int64_t bytes_per_attention = 0;
+  std::int64_t full_bytes_per_token = 0;
+  std::int64_t peak_bytes_per_token = 0;
+  std::int64_t static_bytes = 0;
+};
+
+class FakeCostModel final : public CostModel {
+ public:
+  explicit FakeCostModel(FakeCostParams params = {})
+      : params_(std::move(params)), stages_(static_cast<std::size_t>(params_.num_stages)) {
+    spec_.name = "fake";
+    device_.name = "fake";
+  }
+
+  const ModelSpec& model() const override { return spec_; }
+  const DeviceSpec& device() const override { return device_; }
+  const std::vector<StageLayers>& stages() const override { return stages_; }
+
+  StageCost stage_cost(int stage, const MicroBatchShape& shape, const AttentionDensity& density,
+                       Recompute recompute) const override {
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    const double b = static_cast<double>(shape.batch);
+    const double tokens = b * static_cast<double>(shape.seqlen + shape.dec_seqlen);
+    const double attention =
+        b * (density.enc * static_cast<double>(shape.seqlen) * static_cast<double>(shape.seqlen) +
+             density.dec * static_cast<double>(shape.dec_seqlen) *
+                 static_cast<double>(shape.dec_seqlen));
+    const double scale = params_.stage_scale.empty()
+                             ? 1.0
+                             : params_.stage_scale[static_cast<std::size_t>(stage)];
+    const double base = scale * (params_.fixed_ms + params_.ms_per_token * tokens +
+                                 params_.ms_per_attention * attention);
+    StageCost cost;
+    cost.fwd_ms = base;
+    cost.bwd_ms = 2 * base;
+    const auto token_bytes = [&](std::int64_t per_token) {
+      return static_cast<std::int64_t>(static_cast<double>(per_token) * tokens);
+    };
+    switch (recompute) {
+      case Recompute::None:
+        cost.stored_bytes = token_bytes(params_.bytes_per_token) +
+                            static_cast<std::int64_t>(
+                                static_cast<double>(params_.bytes_per_attention) * attention);
+        break;
+      case Recompute::Selective:
+        cost.bwd_ms += params_.selective_extra * base;
+        cost.stored_bytes = token_bytes(params_.bytes_per_token);
+        break;
+      case Recompute::Full:
+        cost.bwd_ms += base;
+        cost.stored_bytes = token_bytes(params_.full_bytes_per_token);
+        break;
+    }
+    cost.bwd_input_ms = cost.bwd_ms / 2;
+    cost.bwd_weight_ms = cost.bwd_ms - cost.bwd_input_ms;
+    cost.peak_bytes = token_bytes(params_.peak_bytes_per_token);
+    cost.output_bytes = token_bytes(2);
+    return cost;
+  }
+
+  std::int64_t static_bytes(int) const override { return params_.static_bytes; }
+  double p2p_ms(std::int64_t) const override { return 0; }
+  double allreduce_ms(std::int64_t, int) const override { return 0; }
+  std::string describe() const override { return "fake"; }
+
+  // stage_cost() calls so far (tests of caching).
+  std::int64_t calls() const { return calls_.load(std::memory_order_relaxed); }
+
+ private:
+  FakeCostParams params_;
+  ModelSpec spec_;
+  DeviceSpec device_;
+  std::vector<StageLayers> stages_;
+  mutable std::atomic<std::int64_t> calls_{0};
+};
+
+}  // namespace dynapipe
