@@ -311,6 +311,7 @@ void check_stage_shapes(ModelKind kind, int pp) {
     SCOPED_TRACE(cat(model_kind_name(kind), " pp ", pp, " stage ", i));
     if (i + 1 == pp) {
       ASSERT_TRUE(out.loss.defined());
+      EXPECT_TRUE(stage_output_shape(spec, layers[i], mb.shape).empty());
       EXPECT_EQ(out.loss.dim(), 0);
       EXPECT_TRUE(std::isfinite(out.loss.item<double>()));
       EXPECT_FALSE(out.hidden.defined());
@@ -319,6 +320,7 @@ void check_stage_shapes(ModelKind kind, int pp) {
     ASSERT_TRUE(out.hidden.defined());
     const bool dec_part = kind == ModelKind::T5 && (layers[i].has_decoder() || layers[i].has_dec_embedding);
     EXPECT_EQ(out.hidden.sizes(), (std::vector<std::int64_t>{b, dec_part ? s + d : s, spec.hidden}));
+    EXPECT_EQ(out.hidden.sizes(), stage_output_shape(spec, layers[i], mb.shape));
     EXPECT_FALSE(out.hidden.isnan().any().item<bool>());
     x = out.hidden.detach();
   }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/cost/model_spec.h"
@@ -33,5 +34,12 @@ struct ModelOptions {
 // model, a T5 decoder stage without a preceding encoder output, ...).
 std::shared_ptr<StageModel> make_stage_model(const ModelSpec& spec, const StageLayers& layers,
                                              const ModelOptions& options);
+
+// Shape of the activation this stage sends for a micro-batch of `shape` ({} on the stage
+// with the head): GPT and T5 encoder-only stages [batch, seqlen, hidden]; T5 stages that
+// hold decoder layers or the decoder embedding [batch, seqlen + dec_seqlen, hidden].
+// A stage receives the previous stage's output shape.
+std::vector<std::int64_t> stage_output_shape(const ModelSpec& spec, const StageLayers& layers,
+                                             const MicroBatchShape& shape);
 
 }  // namespace dynapipe::runtime

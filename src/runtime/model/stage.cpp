@@ -297,4 +297,11 @@ std::shared_ptr<StageModel> make_stage_model(const ModelSpec& spec, const StageL
   }
 }
 
+std::vector<std::int64_t> stage_output_shape(const ModelSpec& spec, const StageLayers& layers,
+                                             const MicroBatchShape& shape) {
+  if (layers.has_head) return {};
+  const bool dec = spec.kind == ModelKind::T5 && (layers.has_decoder() || layers.has_dec_embedding);
+  return {shape.batch, dec ? shape.seqlen + shape.dec_seqlen : shape.seqlen, spec.hidden};
+}
+
 }  // namespace dynapipe::runtime
