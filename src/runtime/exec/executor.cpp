@@ -265,7 +265,11 @@ struct Executor::Impl {
       throw Error(ErrorKind::ParseError, cat("mb ", in.mb, " stage ", in.stage, " ran forward twice"));
     Forwarded f;
     if (in.stage > 0) {
-      f.input = take(act_in, key, "received activation");
+      // Same-device link (pp == 1 with several virtual stages): no Send/Recv in the plan,
+      // the previous local stage's output is the input.
+      Key prev{in.mb, in.stage - 1};
+      bool linked = !act_in.count(key) && local.count(in.stage - 1) && act_out.count(prev);
+      f.input = linked ? take(act_out, prev, "activation") : take(act_in, key, "received activation");
       f.input.requires_grad_(true);
     }
     auto out = stages.at(in.stage)->forward(f.input, batch(in.mb));
@@ -301,7 +305,9 @@ struct Executor::Impl {
     if (f.loss.defined()) {
       f.loss.backward();
     } else {
-      auto grad = take(grad_in, key, "received gradient");
+      Key next{in.mb, in.stage + 1};
+      bool linked = !grad_in.count(key) && local.count(in.stage + 1) && grad_out.count(next);
+      auto grad = linked ? take(grad_out, next, "gradient") : take(grad_in, key, "received gradient");
       if (grad.sizes() != f.output.sizes())
         throw Error(ErrorKind::ParseError,
                     cat("gradient for mb ", in.mb, " stage ", in.stage, " has shape [",
