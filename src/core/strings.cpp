@@ -1,5 +1,9 @@
 #include "dynapipe/core/strings.h"
 
+#include <cstdio>
+
+#include "dynapipe/core/units.h"
+
 namespace dynapipe {
 
 std::vector<std::string> split(std::string_view text, char separator) {
@@ -14,6 +18,12 @@ std::vector<std::string> split(std::string_view text, char separator) {
     parts.emplace_back(text.substr(start, end - start));
     start = end + 1;
   }
+}
+
+std::string format_gib(std::int64_t bytes) {
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, "%.1f GiB", bytes_to_gib(bytes));
+  return buffer;
 }
 
 }  // namespace dynapipe

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace dynapipe {
 
@@ -12,6 +13,9 @@ inline constexpr std::int64_t kGiB = 1024 * kMiB;
 
 inline double bytes_to_gib(std::int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
 inline std::int64_t gib_to_bytes(double gib) { return static_cast<std::int64_t>(gib * kGiB); }
+
+// "40.0 GiB", for messages.
+std::string format_gib(std::int64_t bytes);
 
 // Rounds n up to a multiple of `multiple` (multiple >= 1); 0 stays 0.
 inline std::int64_t round_up(std::int64_t n, std::int64_t multiple) {

@@ -19,15 +19,25 @@
 
 namespace dynapipe {
 
+struct PlannerOptions {
+  // Keep one stage layout for every iteration: `--schedule auto` then never picks the
+  // interleaved schedule (its layer placement differs), so a training run's executors
+  // keep their layers. `plan` and `simulate` leave it off. Default: false.
+  bool fixed_layout = false;
+  // Verify every lowered plan (deadlock freedom, dependencies, buffers). Default: true.
+  bool verify = true;
+};
+
 class Planner {
  public:
   // Validates the config (throws InvalidArgument/NotFound/Infeasible naming the value),
-  // builds the cost model.
-  explicit Planner(const PlanConfig& config);
+  // builds the cost model(s).
+  explicit Planner(const PlanConfig& config, const PlannerOptions& options = {});
   ~Planner();
   Planner(const Planner&) = delete;
   Planner& operator=(const Planner&) = delete;
 
+  // The config as planned: memory limit resolved, chunks set when interleaving applies.
   const PlanConfig& config() const;
   const CostModel& cost_model() const;
 
