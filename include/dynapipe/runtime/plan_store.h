@@ -71,6 +71,7 @@ class PlanStore {
   // Publishes a fatal error so that ranks blocked in get() fail within one poll.
   void report_failure(const std::string& message);
   std::optional<std::string> failure();
+  void clear_failure();  // rank 0, before the job starts (a store may outlive runs)
 
   KeyValue& key_value() { return *kv_; }
   const std::string& run_id() const { return run_id_; }

@@ -71,7 +71,9 @@ class GlooCommunicator : public Communicator {
                    int size, Millis timeout, const std::string& hostname)
       : rank_(rank), size_(size), prefix_(prefix) {
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
+    options->devices.push_back(hostname.empty()
+                                   ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                   : c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
     options->threads = 2;
     try {
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(

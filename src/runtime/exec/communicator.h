@@ -69,7 +69,8 @@ class Communicator {
 };
 
 // Gloo over `store` (keys namespaced by `prefix`, so several groups share one store).
-// `timeout` bounds connection setup and every collective inside Gloo.
+// `timeout` bounds connection setup and every collective inside Gloo. `hostname` picks
+// the interface Gloo listens on; empty: the machine's default (its hostname's address).
 std::unique_ptr<Communicator> make_gloo_communicator(c10::intrusive_ptr<c10d::Store> store,
                                                      const std::string& prefix, int rank,
                                                      int size, Millis timeout,

@@ -92,6 +92,8 @@ void PlanStore::report_failure(const std::string& message) {
 
 std::optional<std::string> PlanStore::failure() { return kv_->get(cat("dynapipe/", run_id_, "/failure")); }
 
+void PlanStore::clear_failure() { kv_->erase(cat("dynapipe/", run_id_, "/failure")); }
+
 std::unique_ptr<PlanStore> open_plan_store(const PlanStoreOptions& options) {
   const std::string& url = options.url;
   auto bad = [&](const std::string& why) {
