@@ -32,8 +32,20 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
     //   };
     hooks.produce_plan = [](std::int64_t) -> std::string { pending("planning (data/ + planner/)"); };
   }
-  // TODO(#wire-model): runtime/model/'s stage factory and collate (token source from the
-  // samples file, attention mode from --strategy, dropout from options.dropout).
+  // TODO(#wire-model): with runtime/model/ merged (model.h, collate.h):
+  //   auto layers = assign_layers_uniform(options.plan.model, hooks.num_stages);
+  //   hooks.make_stage = [=](int s) {
+  //     return make_stage_model(options.plan.model, layers[s],
+  //                             ModelOptions{.dropout = options.dropout, .seed = options.plan.seed});
+  //   };
+  //   auto source = std::make_shared<SyntheticTokenSource>(all_samples, options.plan.model.vocab,
+  //                                                        options.plan.seed);  // or the text file's
+  //   auto mode = options.plan.strategy == "packing-varlen" ? AttentionMode::Varlen
+  //             : options.plan.strategy == "packing"        ? AttentionMode::Packed
+  //                                                         : AttentionMode::Padded;
+  //   hooks.collate = [=](const MicroBatch& mb) {
+  //     return collate(mb, *source, options.plan.model.kind, mode, /*loss_scale set by the executor*/ 1.0);
+  //   };
   hooks.make_stage = [](int) -> std::shared_ptr<StageModel> { pending("the GPT/T5 stage models (runtime/model/)"); };
   hooks.collate = [](const MicroBatch&) -> MicroBatchTensors { pending("collate (runtime/model/)"); };
   return hooks;
