@@ -10,6 +10,7 @@
 #include "cli/flags.h"
 #include "cli/output_file.h"
 #include "cli/run_planner.h"
+#include "dynapipe/core/error.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/plan/plan_json.h"
 #include "dynapipe/report/iteration_stats.h"

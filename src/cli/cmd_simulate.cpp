@@ -7,6 +7,7 @@
 #include "cli/flags.h"
 #include "cli/output_file.h"
 #include "cli/run_planner.h"
+#include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/plan/exports.h"

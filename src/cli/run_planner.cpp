@@ -6,13 +6,14 @@
 #include <cstdio>
 
 #include "dynapipe/data/dataset.h"
+#include "dynapipe/data/truncation.h"
 #include "dynapipe/data/global_batch.h"
 #include "dynapipe/planner/planner.h"
 
 namespace dynapipe::cli {
 
 std::vector<GlobalBatch> load_global_batches(const PlanConfig& config) {
-  ReadOptions options;
+  TruncationLimits options;
   options.kind = config.model.kind;
   options.max_seqlen = config.max_seqlen;
   options.max_target_len = config.max_target_len;
