@@ -30,14 +30,18 @@ struct StageCost {
   double bwd_weight_ms = 0;     // backward to the weights only (zero-bubble "W")
   std::int64_t stored_bytes = 0;  // activations kept from F until B (I for split backward)
   std::int64_t peak_bytes = 0;    // transient working memory on top of stored, during F or B
-  std::int64_t output_bytes = 0;  // activation sent to the next stage (= gradient sent back)
+  std::int64_t output_bytes = 0;  // activation sent to the next stage (= gradient sent back);
+                                  // 0 on the last stage
+  friend bool operator==(const StageCost&, const StageCost&) = default;
 };
 
 struct CostModelOptions {
   int num_stages = 1;     // pipeline stages the layers are split over (virtual stages when interleaved)
   int zero_shards = 1;    // ZeRO-1 shard factor for optimizer states (the data-parallel degree), >= 1
   int seqlen_multiple = 8;  // shapes are rounded up to this before costing; >= 1
+  // Throws InvalidArgument naming the field.
   void validate() const;
+  friend bool operator==(const CostModelOptions&, const CostModelOptions&) = default;
 };
 
 class CostModel {
@@ -68,9 +72,21 @@ class CostModel {
   CostModel() = default;
 };
 
-// `spec` is "analytic:<device preset>" or the path of a profile JSON. Throws NotFound /
-// ParseError / InvalidArgument naming the spec.
+// `spec` is "analytic:<device preset>" or the path of a profile JSON (optionally written
+// "profile:<path>"). Throws NotFound (unknown device, missing file), ParseError (malformed
+// profile) or InvalidArgument (bad options; a profile of a different model), naming the spec.
 std::unique_ptr<CostModel> make_cost_model(const std::string& spec, const ModelSpec& model,
                                            const CostModelOptions& options);
+
+// Bytes of training state for `parameters` parameters: mixed precision (element size 2)
+// holds 2-byte params and grads + 12 bytes of fp32 master copy and Adam m, v; fp32
+// training (element size 4) holds 4 + 4 + 8 bytes of Adam m, v. The optimizer part is
+// divided by zero_shards (ZeRO-1), rounded up.
+std::int64_t model_state_bytes(std::int64_t parameters, int bytes_per_element, int zero_shards);
+
+// The analytic model on an explicit device (e.g. a preset with changed calibration).
+std::unique_ptr<CostModel> make_analytic_cost_model(const ModelSpec& model,
+                                                    const DeviceSpec& device,
+                                                    const CostModelOptions& options);
 
 }  // namespace dynapipe

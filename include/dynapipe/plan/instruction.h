@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -38,15 +39,41 @@ inline constexpr int kNumInstructionOps = 16;
 std::string_view instruction_op_name(InstructionOp op);
 std::optional<InstructionOp> parse_instruction_op(std::string_view name);
 
+// Op classes. Compute: LoadInput, Forward, Backward, BackwardInput, BackwardWeight.
+// Communication: the eight Send*/Recv* ops. Start ops post, Finish ops wait.
+bool is_compute(InstructionOp op);
+bool is_communication(InstructionOp op);
+bool is_comm_start(InstructionOp op);
+bool is_send(InstructionOp op);           // SendActivation*, SendGrad*
+bool is_grad_comm(InstructionOp op);      // SendGrad*, RecvGrad*
+// The Finish op of a Start op (SendActivationStart -> SendActivationFinish, ...).
+InstructionOp comm_finish_of(InstructionOp start);
+
+// Which fields an op carries (docs/plan-format.md, "Instructions"); the others stay at
+// their defaults (-1 / empty) and are omitted from the JSON.
+//
+//   op                  mb stage peer shape buffer         inputs
+//   LoadInput           x  x               writes          -
+//   Forward             x  x          out  writes out|-1   activation / loaded buffers
+//   Backward(Input)     x  x          out  writes out|-1   gradient buffer (not last stage)
+//   BackwardWeight      x  x               -               -
+//   Send*Start/Finish   x  x     x    x    reads           -      (stage: the sender's)
+//   Recv*Start/Finish   x  x     x    x    writes          -      (stage: the receiver's)
+//   FreeBuffer                             frees           -
+//   ReduceGrads, OptimizerStep             -               -
 struct Instruction {
   InstructionOp op = InstructionOp::Forward;
   int mb = -1;                      // micro-batch id, where it applies
   int stage = -1;                   // virtual stage, for compute and communication
   int peer = -1;                    // peer executor rank, for communication
-  std::vector<std::int64_t> shape;  // communicated tensor shape
+  std::vector<std::int64_t> shape;  // communicated tensor shape; compute: shape of `buffer`
   int buffer = -1;                  // buffer id the instruction reads/writes/frees (-1: none)
+  std::vector<int> inputs;          // compute: buffer ids it consumes, in a fixed order
   friend bool operator==(const Instruction&, const Instruction&) = default;
 };
+
+// "RecvGradFinish(mb 3, stage 1, peer 2, shape [2,8,16], buffer 5)", for messages.
+std::string to_string(const Instruction& instruction);
 
 struct ExecutorProgram {
   int rank = 0;     // global executor rank = replica * pp + device

@@ -30,6 +30,8 @@ struct PipelineOp {
   OpKind kind = OpKind::F;
   friend bool operator==(const PipelineOp&, const PipelineOp&) = default;
 };
+// "F(mb 3, stage 1)", for messages.
+std::string op_name(const PipelineOp& op);
 
 struct PipelineLayout {
   int num_devices = 1;  // pipeline-parallel degree
@@ -46,11 +48,23 @@ struct PipelineProblem {
   double link_latency_ms = 0;                 // p2p time = latency + bytes / bandwidth
   double link_bandwidth_gbs = 0;              // 0 = communication is free
   int num_microbatches() const { return static_cast<int>(costs.size()); }
+  int num_stages() const { return layout.num_stages(); }
+  // latency + bytes / bandwidth (bandwidth in GB/s = 1e9 bytes/s); 0 when the
+  // bandwidth is 0 (communication is free).
   double p2p_ms(std::int64_t bytes) const;
+  // Duration of one op: F -> fwd_ms, B -> bwd_ms, I -> bwd_input_ms, W -> bwd_weight_ms.
+  double op_ms(const PipelineOp& op) const;
+  // Throws InvalidArgument naming the first inconsistent field (layout >= 1, costs
+  // [mb][num_stages()], static_bytes [num_devices], non-negative costs and limits).
+  void validate() const;
 };
 
 struct ScheduleOrder {
   std::vector<std::vector<PipelineOp>> device_ops;  // [device] -> ops in execution order
+  // Synchronous (barrier) schedules only, e.g. "cyclic": [device][i] = the cycle op i
+  // belongs to; an op of cycle c starts no earlier than every op of cycles < c has
+  // ended. Empty = no barriers (every other schedule).
+  std::vector<std::vector<int>> op_cycle;
 };
 
 struct TimedOp {
@@ -77,6 +91,7 @@ struct SimResult {
   std::vector<Transfer> transfers;           // sorted by (send_ms, from_device, to_device)
   std::vector<double> busy_ms;               // [device] compute time
   std::vector<std::int64_t> peak_memory_bytes;  // [device], static included
+  std::vector<PipelineOp> peak_op;           // [device] the op during which the peak is reached
   bool fits_memory = true;                   // every device's peak <= memory limit
 };
 

@@ -1,0 +1,102 @@
+// Schedule search: pick the schedule x recompute mode x micro-batch order with the
+// shortest simulated makespan whose peak memory fits the limit; and the helpers that
+// turn a CostModel and micro-batches into PipelineProblems.
+//
+// Each candidate is a (schedule name, recompute mode, PipelineProblem) triple: the
+// problem carries that recompute mode's costs and that schedule's layout (chunks >= 2
+// for interleaved). Adaptive schedules (cyclic, wait-free-cyclic, zb1p) are also tried
+// on a few deterministic micro-batch orders (docs/schedules.md, "Search").
+//
+// Thread-safety: search_schedule() is reentrant.
+//
+//   auto candidates = make_search_candidates("auto", *model, nullptr, microbatches,
+//                                            /*num_devices=*/4, gib_to_bytes(40));
+//   SearchResult best = search_schedule(candidates, {});   // throws Infeasible
+//   // best.order / best.sim speak original micro-batch ids; best.mb_order is the
+//   // injection order that was used.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dynapipe/core/microbatch.h"
+#include "dynapipe/core/model_kind.h"
+#include "dynapipe/cost/cost_model.h"
+#include "dynapipe/schedule/pipeline.h"
+
+namespace dynapipe {
+
+struct SearchCandidate {
+  std::string schedule;                  // a name from schedule_names()
+  Recompute recompute = Recompute::None;
+  PipelineProblem problem;               // costs under `recompute`, layout for `schedule`
+};
+
+struct SearchOptions {
+  // Try other micro-batch orders for adaptive schedules: as given, longest first, and
+  // every order of k quantile clusters of the micro-batches' total time (k = 3 when
+  // more than 20 micro-batches, else 4; all m! orders when m <= k). Default: on.
+  bool permute = true;
+  // Also permute the fixed schedules (gpipe, 1f1b, interleaved). Default: off.
+  bool permute_fixed = false;
+  // Extra seeded random orders per permuted candidate, >= 0. Default: 0.
+  int random_orders = 0;
+  std::uint64_t seed = 0;  // for random_orders
+  // Upper bound on orders tried per candidate (the identity is always tried), >= 1.
+  // Default: 8.
+  int max_orders = 8;
+  void validate() const;  // throws InvalidArgument naming the field
+};
+
+struct SearchResult {
+  std::string schedule;
+  Recompute recompute = Recompute::None;
+  int candidate = 0;            // index into the candidates given
+  // Injection order: position i ran micro-batch mb_order[i]. The order and the
+  // simulation below already use the original ids (op.mb = the micro-batch id), so a
+  // planner that keeps the ids needs nothing else; one that renumbers micro-batches in
+  // execution order maps new id i -> old id mb_order[i] everywhere.
+  std::vector<int> mb_order;
+  ScheduleOrder order;
+  SimResult sim;                // recorded (timeline + transfers), original ids
+  int simulations = 0;          // how many simulations the search ran
+  int pruned = 0;               // candidates skipped: their lower bound >= the best found
+  std::vector<std::string> rejected;  // one line per candidate that did not apply or fit
+};
+
+// Builds, simulates and compares every candidate (and orders, see SearchOptions).
+// Ties keep the earlier candidate / order; a candidate whose makespan_lower_bound_ms is
+// not below the best makespan found so far is skipped (it cannot win). Throws:
+//  * InvalidArgument when `candidates` is empty, names an unknown schedule or a
+//    problem is inconsistent; Unsupported when no candidate applies (naming why);
+//  * Infeasible when none fits the memory limit, naming the smallest violation:
+//    "--memory-limit 40 GiB: no schedule fits; micro-batch 3 needs 41.2 GiB on stage 0
+//    (schedule 1f1b, recompute full)".
+SearchResult search_schedule(std::span<const SearchCandidate> candidates,
+                             const SearchOptions& options = {});
+
+// The problem for `microbatches` (ids 0..n-1 in order) under `recompute` on `layout`:
+// costs from model.stage_cost (model.num_stages() must equal layout.num_stages()),
+// static bytes summed over each device's stages, links from model.device().
+// Throws InvalidArgument on a stage-count mismatch or a micro-batch id out of place.
+PipelineProblem make_pipeline_problem(const CostModel& model,
+                                      std::span<const MicroBatch> microbatches,
+                                      Recompute recompute, const PipelineLayout& layout,
+                                      std::int64_t memory_limit_bytes);
+
+// Candidates for `--schedule` `schedule` ("auto" = every applicable schedule) x the three
+// recompute modes. `model` is built for num_devices stages; `interleaved_model`, when
+// non-null, for num_devices * chunks stages (chunks >= 2) and is used only for
+// "interleaved". "interleaved" without an interleaved_model is skipped under "auto" and
+// InvalidArgument when asked for by name. Unknown names throw InvalidArgument.
+std::vector<SearchCandidate> make_search_candidates(std::string_view schedule,
+                                                    const CostModel& model,
+                                                    const CostModel* interleaved_model,
+                                                    std::span<const MicroBatch> microbatches,
+                                                    int num_devices,
+                                                    std::int64_t memory_limit_bytes);
+
+}  // namespace dynapipe

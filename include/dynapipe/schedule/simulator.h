@@ -1,0 +1,109 @@
+// The event simulator: what a ScheduleOrder costs on a PipelineProblem, in time and
+// memory; and the lower bounds a schedule is measured against.
+//
+// Semantics (docs/schedules.md, "Simulator"):
+//  * Each device runs its ops strictly in the given order, one at a time, each as soon
+//    as the device is free and its inputs are there.
+//  * F(mb,s) needs F(mb,s-1); B(mb,s) and I(mb,s) need F(mb,s) and the backward
+//    (B or I) of (mb,s+1); the last stage's B/I needs only its own F; W(mb,s) needs
+//    I(mb,s). Between stages on different devices the message takes
+//    PipelineProblem::p2p_ms(output_bytes of stage s) for both the activation s -> s+1
+//    and the gradient s+1 -> s; on the same device it is free.
+//  * Each directed device link carries one message at a time, first in first out by
+//    send time (= the producing op's end); links in different directions or between
+//    different pairs are independent, and sending never occupies the compute stream.
+//  * Synchronous schedules (ScheduleOrder::op_cycle non-empty) add cycle barriers.
+//  * Memory of a device = static_bytes + stored_bytes of every (mb, stage) of the device
+//    whose F has run and whose backward has not freed it yet, plus, during an op, that
+//    op's peak_bytes (during F its own stored_bytes count already: they fill up while
+//    F's working memory is live). B frees stored_bytes. With the split backward, I frees nothing and
+//    W frees stored_bytes (conservative: W still needs the layer inputs, and we keep
+//    the whole activation until then). Received-but-unconsumed messages are not
+//    counted. The peak depends only on each device's order, not on timing.
+//
+// Thread-safety: simulate() is reentrant; one Simulator object per thread.
+//
+//   SimResult r = simulate(problem, order);   // throws InvalidArgument on a bad order
+//   double bubble = bubble_fractions(r)[0];
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dynapipe/schedule/pipeline.h"
+
+namespace dynapipe {
+
+struct SimOptions {
+  // Fill SimResult::timeline and ::transfers (sorted). Off = makespan, busy and memory
+  // only, which is what a search needs for each candidate. Default: on.
+  bool record = true;
+};
+
+// Simulator with scratch buffers reused across runs, so that repeated runs (a search)
+// allocate nothing per op.
+//
+// Invariants: a device's op i starts at max(end of its op i-1, arrival of each input,
+// barrier of its cycle); link messages leave in the sender's program order, which is
+// also their send-time order. Ops are resolved in any dependency order (a worklist of
+// devices), which gives the same times as a time-ordered event queue because nothing
+// else is shared.
+// Complexity: O(ops + devices^2) per run, plus O(ops log ops) to sort a recorded
+// timeline.
+class Simulator {
+ public:
+  // Throws InvalidArgument when the problem is inconsistent, an op is out of range, on
+  // the wrong device, duplicated or missing (every (mb, stage) needs F and either B or
+  // I and W), or the order cannot complete (names each blocked op and what it waits for).
+  void run(const PipelineProblem& problem, const ScheduleOrder& order, const SimOptions& options,
+           SimResult* result);
+  SimResult run(const PipelineProblem& problem, const ScheduleOrder& order,
+                const SimOptions& options = {}) {
+    SimResult result;
+    run(problem, order, options, &result);
+    return result;
+  }
+
+ private:
+  void check_order(const PipelineProblem& problem, const ScheduleOrder& order);
+  void compute_memory(const PipelineProblem& problem, const ScheduleOrder& order,
+                      SimResult* result) const;
+  [[noreturn]] void throw_blocked(const PipelineProblem& problem, const ScheduleOrder& order) const;
+
+  std::vector<std::uint8_t> seen_;     // [(mb * S + s) * 4 + kind]
+  std::vector<double> fwd_end_;        // [mb * S + s], < 0 = not run yet
+  std::vector<double> act_arrive_;     // [mb * S + s] activation of F(mb,s) at stage s+1
+  std::vector<double> bwd_end_;        // [mb * S + s] end of B or I
+  std::vector<double> grad_arrive_;    // [mb * S + s] gradient of B/I(mb,s) at stage s-1
+  std::vector<double> device_free_;    // [device]
+  std::vector<double> link_free_;      // [from * D + to]
+  std::vector<std::size_t> next_;      // [device] index of the next op to run
+  std::vector<int> worklist_;
+  std::vector<std::uint8_t> queued_;   // [device]
+  std::vector<int> cycle_left_;        // [cycle] ops not yet run
+  std::vector<double> cycle_end_;      // [cycle] latest end of its ops
+  std::vector<double> barrier_ms_;     // [cycle] latest end over all earlier cycles
+};
+
+// One-shot convenience over Simulator::run.
+SimResult simulate(const PipelineProblem& problem, const ScheduleOrder& order,
+                   const SimOptions& options = {});
+
+// Useful compute per device: Σ over its virtual stages and micro-batches of F + B, with
+// B replaced by I + W where the cost model splits the backward and that is cheaper
+// (so that the bound holds for split-backward schedules too).
+std::vector<double> device_work_ms(const PipelineProblem& problem);
+
+// The ideal makespan: max over devices of device_work_ms (Σ useful work / stages when
+// stages are balanced). No schedule beats it.
+double ideal_makespan_ms(const PipelineProblem& problem);
+
+// A tighter bound: max(ideal_makespan_ms, the longest single micro-batch's chain of
+// F and backward over all stages plus its p2p hops; the backward counts only I where
+// the cost model splits it, since W is off the chain). Still a true lower bound.
+double makespan_lower_bound_ms(const PipelineProblem& problem);
+
+// [device] 1 - busy / makespan (0 when the makespan is 0).
+std::vector<double> bubble_fractions(const SimResult& result);
+
+}  // namespace dynapipe

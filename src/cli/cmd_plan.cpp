@@ -1,0 +1,155 @@
+// `dynapipe plan`: plan every iteration of a samples file, write the plan JSON, and
+// compare the chosen strategy with the baselines on the same cost model.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "cli/command.h"
+#include "cli/flags.h"
+#include "cli/output_file.h"
+#include "cli/run_planner.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/plan/exports.h"
+#include "dynapipe/plan/plan_json.h"
+#include "dynapipe/report/iteration_stats.h"
+#include "dynapipe/report/table.h"
+
+namespace dynapipe::cli {
+namespace {
+
+struct PlanFlags {
+  CommonFlags common;
+  std::string out;
+  std::string trace;
+  std::string svg;
+  std::string actions_csv;
+  bool summary_json = false;
+  bool compare = true;
+};
+
+std::vector<std::string> comparison_strategies(const std::string& chosen) {
+  std::vector<std::string> all = {"dynapipe", "padding", "packing", "packing-varlen",
+                                  "token-based"};
+  std::vector<std::string> order = {chosen};
+  for (const auto& s : all) {
+    if (s != chosen) order.push_back(s);
+  }
+  return order;
+}
+
+// The per-device op order a timeline records (ops sorted by start on each device).
+ScheduleOrder order_from_timeline(const std::vector<TimedOp>& timeline, int num_devices) {
+  std::vector<TimedOp> sorted = timeline;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const TimedOp& a, const TimedOp& b) { return a.start_ms < b.start_ms; });
+  ScheduleOrder order;
+  order.device_ops.resize(num_devices);
+  for (const TimedOp& op : sorted) order.device_ops[op.device].push_back(op.op);
+  return order;
+}
+
+void add_summary_row(TextTable& table, const std::string& strategy, const PlannedRun& run,
+                     double baseline_ms) {
+  double microbatches = 0;
+  for (const IterationPlan& it : run.iterations) {
+    for (const ReplicaPlan& r : it.replicas) microbatches += r.microbatches.size();
+  }
+  const double n = std::max<double>(1, run.iterations.size());
+  table.add_row({strategy, format_fixed(microbatches / n, 1),
+                 format_fixed(run.summary.padding_efficiency, 3),
+                 format_fixed(run.summary.mean_est_iteration_ms, 1),
+                 format_fixed(run.summary.est_tokens_per_s, 0),
+                 baseline_ms > 0 ? format_fixed(baseline_ms / run.summary.mean_est_iteration_ms, 2) + "x"
+                                 : "-",
+                 format_fixed(run.summary.mean_planning_ms, 2),
+                 format_fixed(run.summary.p99_planning_ms, 2)});
+}
+
+void run_plan(const PlanFlags& flags) {
+  PlanConfig config = to_plan_config(flags.common);
+  const std::vector<GlobalBatch> batches = load_global_batches(config);
+  PlannedRun chosen = plan_batches(config, batches, config.strategy.c_str());
+
+  ExecutionPlan plan;
+  plan.config = config;
+  plan.iterations = std::move(chosen.iterations);
+  plan.summary = chosen.summary;
+  // Write outputs only once everything succeeded (nothing half-way on error).
+  write_file_atomically(flags.out, plan_to_json(plan, 1));
+  if (!plan.iterations.empty()) {
+    const ReplicaPlan& first = plan.iterations.front().replicas.front();
+    if (!flags.trace.empty()) {
+      ChromeTraceOptions options;
+      options.process_name = cat("iteration 0, replica 0 (", first.schedule, ")");
+      write_file_atomically(flags.trace, timeline_chrome_trace(first.timeline, options));
+    }
+    if (!flags.svg.empty()) {
+      SvgOptions options;
+      options.title = cat(config.model.name, " iteration 0: ", first.schedule, ", recompute ",
+                          recompute_name(first.recompute), ", ",
+                          format_fixed(first.est_iteration_ms, 1), " ms");
+      write_file_atomically(flags.svg, timeline_svg(first.timeline, options));
+    }
+    if (!flags.actions_csv.empty()) {
+      write_file_atomically(flags.actions_csv,
+                            order_to_pytorch_csv(order_from_timeline(first.timeline, config.pp)));
+    }
+  }
+  if (flags.summary_json) {
+    std::cout << summary_to_json(plan.summary) << "\n";
+    return;
+  }
+
+  std::printf("dynapipe plan: %s, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s\n",
+              config.model.name.c_str(), config.pp, config.dp,
+              static_cast<long long>(config.max_seqlen),
+              static_cast<long long>(config.global_batch_tokens), config.cost_model.c_str());
+  std::printf("%zu iterations planned; plan written to %s\n\n", plan.iterations.size(),
+              flags.out.c_str());
+  TextTable table({"strategy", "micro-batches/iter", "padding eff.", "est. iter ms",
+                   "est. tokens/s", "speed-up vs packing", "plan ms (mean)", "plan ms (p99)"});
+  std::vector<std::pair<std::string, PlannedRun>> runs;
+  runs.emplace_back(config.strategy, PlannedRun{{}, plan.summary});
+  runs.back().second.iterations = plan.iterations;
+  if (flags.compare) {
+    for (const std::string& strategy : comparison_strategies(config.strategy)) {
+      if (strategy == config.strategy) continue;
+      PlanConfig other = config;
+      other.strategy = strategy;
+      try {
+        runs.emplace_back(strategy, plan_batches(other, batches, strategy.c_str()));
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Infeasible) throw;
+        std::fprintf(stderr, "%s: infeasible: %s\n", strategy.c_str(), e.what());
+      }
+    }
+  }
+  double packing_ms = 0;
+  for (const auto& [name, run] : runs) {
+    if (name == "packing") packing_ms = run.summary.mean_est_iteration_ms;
+  }
+  for (const auto& [name, run] : runs) add_summary_row(table, name, run, packing_ms);
+  std::cout << table.to_markdown();
+}
+
+void setup(CLI::App& app) {
+  auto flags = std::make_shared<PlanFlags>();
+  CLI::App* command = app.add_subcommand("plan", "Plan micro-batches, schedules and executor programs");
+  add_common_flags(*command, flags->common, SamplesFlag::Samples);
+  command->add_option("--out", flags->out, "Plan JSON to write")->required();
+  command->add_option("--trace", flags->trace, "Chrome/Perfetto trace of the first iteration's simulated timeline");
+  command->add_option("--svg", flags->svg, "SVG timeline of the first iteration");
+  command->add_option("--actions-csv", flags->actions_csv,
+                      "PyTorch pipelining action CSV of the first iteration");
+  command->add_flag("--summary-json", flags->summary_json,
+                    "Print only the plan's summary as one JSON object");
+  command->add_flag("!--no-compare", flags->compare, "Skip planning the baselines for comparison");
+  command->callback([flags] { run_plan(*flags); });
+}
+
+const bool registered = register_command({"plan", &setup});
+
+}  // namespace
+}  // namespace dynapipe::cli

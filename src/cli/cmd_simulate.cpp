@@ -1,0 +1,109 @@
+// `dynapipe simulate`: strategy × schedule table on one dataset — estimated iteration
+// time, tokens/s, bubbles, peak memory per stage and the distance to the ideal bound.
+#include <cstdio>
+#include <iostream>
+
+#include "cli/command.h"
+#include "cli/flags.h"
+#include "cli/output_file.h"
+#include "cli/run_planner.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
+#include "dynapipe/core/units.h"
+#include "dynapipe/plan/exports.h"
+#include "dynapipe/report/iteration_stats.h"
+#include "dynapipe/report/table.h"
+
+namespace dynapipe::cli {
+namespace {
+
+struct SimulateFlags {
+  CommonFlags common;
+  std::string strategies = "dynapipe,padding,packing,packing-varlen,token-based";
+  std::string schedules = "1f1b,interleaved,wait-free-cyclic,zb1p,auto";
+  std::string trace;
+};
+
+std::string memory_cell(const std::vector<std::int64_t>& bytes) {
+  std::vector<std::string> gib;
+  for (std::int64_t b : bytes) gib.push_back(format_fixed(bytes_to_gib(b), 1));
+  return join(gib, "/");
+}
+
+void run_simulate(const SimulateFlags& flags) {
+  const PlanConfig base = to_plan_config(flags.common);
+  const std::vector<GlobalBatch> batches = load_global_batches(base);
+  std::printf("dynapipe simulate: %s, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
+              base.model.name.c_str(), base.pp, base.dp, static_cast<long long>(base.max_seqlen),
+              static_cast<long long>(base.global_batch_tokens), base.cost_model.c_str(),
+              batches.size());
+  TextTable table({"strategy", "schedule", "est. iter ms", "tokens/s", "bubble", "peak GiB/stage",
+                   "ideal ms", "vs ideal"});
+  ExecutionPlan best_plan;
+  double best_ms = 0;
+  for (const std::string& strategy : split(flags.strategies, ',')) {
+    for (const std::string& schedule : split(flags.schedules, ',')) {
+      PlanConfig config = base;
+      config.strategy = strategy;
+      config.schedule = schedule;
+      PlannedRun run;
+      try {
+        run = plan_batches(config, batches, (strategy + "/" + schedule).c_str());
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+        table.add_row({strategy, schedule, "-", "-", "-", "-", "-",
+                       e.kind() == ErrorKind::Infeasible ? "infeasible" : "n/a"});
+        continue;
+      }
+      double ideal = 0, bubble = 0;
+      std::vector<std::int64_t> peak(config.pp, 0);
+      for (const IterationPlan& it : run.iterations) {
+        const IterationStats s = iteration_stats(it, config.pp);
+        ideal += s.ideal_ms / run.iterations.size();
+        bubble += s.bubble_fraction / run.iterations.size();
+        for (int d = 0; d < config.pp; ++d) peak[d] = std::max(peak[d], s.peak_memory_bytes[d]);
+      }
+      const double ms = run.summary.mean_est_iteration_ms;
+      table.add_row({strategy, schedule, format_fixed(ms, 1),
+                     format_fixed(run.summary.est_tokens_per_s, 0), format_fixed(bubble, 3),
+                     memory_cell(peak), format_fixed(ideal, 1),
+                     format_fixed(ms / std::max(ideal, 1e-9), 2) + "x"});
+      if (!flags.trace.empty() && (best_ms == 0 || ms < best_ms)) {
+        best_ms = ms;
+        best_plan.config = config;
+        best_plan.iterations = run.iterations;
+      }
+    }
+  }
+  std::cout << table.to_markdown();
+  if (!flags.trace.empty() && !best_plan.iterations.empty()) {
+    ChromeTraceOptions options;
+    options.process_name = cat(best_plan.config.strategy, "/", best_plan.config.schedule,
+                               ", iteration 0");
+    write_file_atomically(flags.trace,
+                          timeline_chrome_trace(best_plan.iterations.front().replicas.front().timeline,
+                                                options));
+    std::printf("\ntrace of the fastest row (%s/%s) written to %s\n",
+                best_plan.config.strategy.c_str(), best_plan.config.schedule.c_str(),
+                flags.trace.c_str());
+  }
+}
+
+void setup(CLI::App& app) {
+  auto flags = std::make_shared<SimulateFlags>();
+  CLI::App* command =
+      app.add_subcommand("simulate", "Compare strategies x schedules on a dataset by simulation");
+  add_common_flags(*command, flags->common, SamplesFlag::Samples);
+  command->add_option("--strategies", flags->strategies, "Comma list of strategies")
+      ->capture_default_str();
+  command->add_option("--schedules", flags->schedules, "Comma list of schedules (auto = best)")
+      ->capture_default_str();
+  command->add_option("--trace", flags->trace,
+                      "Chrome/Perfetto trace of the fastest strategy x schedule");
+  command->callback([flags] { run_simulate(*flags); });
+}
+
+const bool registered = register_command({"simulate", &setup});
+
+}  // namespace
+}  // namespace dynapipe::cli

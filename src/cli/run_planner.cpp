@@ -1,0 +1,49 @@
+#include "cli/run_planner.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "dynapipe/data/dataset.h"
+#include "dynapipe/data/truncation.h"
+#include "dynapipe/data/global_batch.h"
+#include "dynapipe/planner/planner.h"
+
+namespace dynapipe::cli {
+
+std::vector<GlobalBatch> load_global_batches(const PlanConfig& config) {
+  TruncationLimits options;
+  options.kind = config.model.kind;
+  options.max_seqlen = config.max_seqlen;
+  options.max_target_len = config.max_target_len;
+  const Dataset dataset = Dataset::load(config.samples_path, options);
+  std::vector<GlobalBatch> batches = form_global_batches(
+      dataset.samples(), dataset.truncated_ids(), config.global_batch_tokens, config.iterations);
+  std::fprintf(stderr, "%s: %zu samples (%lld truncated), %zu global batches\n",
+               config.samples_path.c_str(), dataset.samples().size(),
+               static_cast<long long>(dataset.truncated_ids().size()), batches.size());
+  return batches;
+}
+
+PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
+                        const char* label) {
+  const Planner planner(config);
+  PlannedRun run;
+  run.iterations.reserve(batches.size());
+  const bool interactive = isatty(fileno(stderr));
+  auto last_report = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    run.iterations.push_back(planner.plan_iteration(batches[i]));
+    const auto now = std::chrono::steady_clock::now();
+    if (interactive && now - last_report > std::chrono::milliseconds(200)) {
+      std::fprintf(stderr, "\r%s: planned %zu/%zu iterations", label, i + 1, batches.size());
+      last_report = now;
+    }
+  }
+  if (interactive) std::fprintf(stderr, "\r\033[K");
+  run.summary = summarize(run.iterations);
+  return run;
+}
+
+}  // namespace dynapipe::cli

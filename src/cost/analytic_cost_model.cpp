@@ -1,0 +1,291 @@
+// The analytic cost model: FLOPs and bytes of each layer kind from the model's shapes,
+// turned into time with a shape-dependent matmul efficiency and the memory bandwidth,
+// and activation memory after Korthikanti et al., "Reducing Activation Recomputation in
+// Large Transformer Models" (2022). docs/cost-model.md derives every term.
+#include <algorithm>
+#include <cmath>
+
+#include "cost/layer_cost.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/units.h"
+#include "dynapipe/cost/cost_model.h"
+
+namespace dynapipe {
+namespace detail {
+namespace {
+
+// Elementary ops a layer runs (kernels / dispatches), for DeviceSpec::op_overhead_ms.
+// Forward of a GPT layer: LN, QKV, scores, softmax, dropout, AV, proj, dropout+residual,
+// LN, fc1, GELU, fc2, dropout+residual, plus two reshapes. Backward runs about twice as
+// many, four of which are the weight-gradient matmuls.
+constexpr double kLayerFwdOps = 15;
+constexpr double kLayerBwdWeightOps = 4;
+constexpr double kLayerBwdInputOps = 26;
+constexpr double kAttentionCoreOps = 4;     // scores, softmax, dropout, AV
+constexpr double kCrossAttentionExtraOps = 9;  // LN, Q, KV, scores, softmax, dropout, AV, proj, residual
+constexpr double kEmbeddingOps = 3;
+constexpr double kHeadOps = 6;
+// Elementwise backward kernels read the saved input and the incoming gradient and write
+// the outgoing one: about 1.5x the bytes of their forward.
+constexpr double kMemoryBoundBackwardFactor = 1.5;
+
+// Time of a matmul with `flops` over `rows` rows at efficiency eff_max * m / (m + m_half):
+// flops / (peak * eff) = flops * (m + m_half) / m / (peak * eff_max), linear in m.
+double matmul_ms(const LayerCoefficients& c, double flops, double rows) {
+  if (rows <= 0 || flops <= 0) return 0;
+  return flops * (rows + c.half_rows) / rows * c.matmul_ms_per_flop;
+}
+
+}  // namespace
+
+void LayerCost::add(const LayerCost& other, int count) {
+  fwd_ms += count * other.fwd_ms;
+  bwd_input_ms += count * other.bwd_input_ms;
+  bwd_weight_ms += count * other.bwd_weight_ms;
+  stored_bytes += count * other.stored_bytes;
+  peak_bytes = std::max(peak_bytes, other.peak_bytes);
+}
+
+// One GPT layer or T5 encoder layer over b rows of s tokens.
+LayerCost encoder_layer_cost(const LayerCoefficients& c, double b, double s, double density,
+                             Recompute recompute) {
+  LayerCost cost;
+  const double n = b * s;  // tokens
+  if (n <= 0) return cost;
+  const double e = c.e, h = c.h, k = c.k, f = c.f;
+  const double scores = b * c.a * s * s * density;  // attention score elements
+
+  const double dense_flops = 2 * n * (4 * h * k + 2 * h * f);  // QKV, proj, fc1, fc2
+  const double attention_flops = 4 * b * s * s * k * density;  // QK^T and AV
+  const double dense_ms = matmul_ms(c, dense_flops, n);
+  const double attention_ms = matmul_ms(c, attention_flops, n) * c.attention_slowdown;
+  // LN x2, dropout+residual x2 (with 1-byte masks), GELU; softmax + dropout over scores.
+  const double elementwise_bytes = n * h * (10 * e + 2) + 2 * e * n * f + (4 * e + 1) * scores;
+  const double attention_core_bytes = (4 * e + 1) * scores;
+  const double elementwise_ms = elementwise_bytes * c.ms_per_byte;
+
+  cost.fwd_ms = dense_ms + attention_ms + elementwise_ms + kLayerFwdOps * c.op_ms;
+  cost.bwd_weight_ms = dense_ms / c.backward_speedup + kLayerBwdWeightOps * c.op_ms;
+  cost.bwd_input_ms = (dense_ms + 2 * attention_ms) / c.backward_speedup +
+                      kMemoryBoundBackwardFactor * elementwise_ms + kLayerBwdInputOps * c.op_ms;
+
+  // Korthikanti et al. with element size e (their formula is e = 2, k = h, f = 4h):
+  // LN inputs 2e nh, QKV input e nh, Q K V 3e nk, proj input e nk, fc1 input e nh,
+  // GELU input and output 2e nf, dropout masks 2 nh, softmax output + mask + dropout
+  // output (2e + 1) per score.
+  const double stored_none = n * h * (4 * e + 2) + 4 * e * n * k + 2 * e * n * f + (2 * e + 1) * scores;
+  const double working = std::max(2 * e * scores, 2 * e * n * f) + 4 * e * n * h;
+  switch (recompute) {
+    case Recompute::None:
+      cost.stored_bytes = stored_none;
+      cost.peak_bytes = working;
+      break;
+    case Recompute::Selective:
+      cost.stored_bytes = stored_none - (2 * e + 1) * scores;
+      cost.peak_bytes = working + (2 * e + 1) * scores;
+      cost.bwd_input_ms += attention_ms + attention_core_bytes * c.ms_per_byte + kAttentionCoreOps * c.op_ms;
+      break;
+    case Recompute::Full:
+      cost.stored_bytes = e * n * h;
+      cost.peak_bytes = working + stored_none;
+      cost.bwd_input_ms += cost.fwd_ms;
+      break;
+  }
+  return cost;
+}
+
+// One T5 decoder layer: causal self-attention over sd, cross-attention sd x se, MLP.
+LayerCost decoder_layer_cost(const LayerCoefficients& c, double b, double se, double sd,
+                             double self_density, double cross_density, Recompute recompute) {
+  LayerCost cost;
+  const double nd = b * sd, ne = b * se;
+  if (nd <= 0) return cost;
+  const double e = c.e, h = c.h, k = c.k, f = c.f;
+  const double self_scores = b * c.a * sd * sd * self_density;
+  const double cross_scores = b * c.a * sd * se * cross_density;
+  const double scores = self_scores + cross_scores;
+
+  // Self QKV + proj (4hk), cross Q + proj (2hk), MLP (2hf) over decoder tokens; cross K, V
+  // (2hk) over encoder tokens.
+  const double dense_ms = matmul_ms(c, 2 * nd * (6 * h * k + 2 * h * f), nd) + matmul_ms(c, 2 * ne * 2 * h * k, ne);
+  const double attention_ms =
+      matmul_ms(c, 4 * b * k * (sd * sd * self_density + sd * se * cross_density), nd) * c.attention_slowdown;
+  const double elementwise_bytes = nd * h * (15 * e + 3) + 2 * e * nd * f + (4 * e + 1) * scores;
+  const double elementwise_ms = elementwise_bytes * c.ms_per_byte;
+  const double ops = kLayerFwdOps + kCrossAttentionExtraOps;
+
+  cost.fwd_ms = dense_ms + attention_ms + elementwise_ms + ops * c.op_ms;
+  cost.bwd_weight_ms = dense_ms / c.backward_speedup + (kLayerBwdWeightOps + 3) * c.op_ms;
+  cost.bwd_input_ms = (dense_ms + 2 * attention_ms) / c.backward_speedup +
+                      kMemoryBoundBackwardFactor * elementwise_ms +
+                      (kLayerBwdInputOps + 2 * kCrossAttentionExtraOps - 3) * c.op_ms;
+
+  // As the encoder layer, plus the cross-attention block: its LN input and output, Q,
+  // K and V (K, V over encoder tokens), proj input, dropout mask, scores.
+  const double stored_none = nd * h * (6 * e + 3) + 6 * e * nd * k + 2 * e * ne * k + 2 * e * nd * f +
+                             (2 * e + 1) * scores;
+  const double working =
+      std::max({2 * e * self_scores, 2 * e * cross_scores, 2 * e * nd * f}) + 4 * e * nd * h + 2 * e * ne * h;
+  switch (recompute) {
+    case Recompute::None:
+      cost.stored_bytes = stored_none;
+      cost.peak_bytes = working;
+      break;
+    case Recompute::Selective:
+      cost.stored_bytes = stored_none - (2 * e + 1) * scores;
+      cost.peak_bytes = working + (2 * e + 1) * scores;
+      cost.bwd_input_ms += attention_ms + (4 * e + 1) * scores * c.ms_per_byte + 2 * kAttentionCoreOps * c.op_ms;
+      break;
+    case Recompute::Full:
+      cost.stored_bytes = e * nd * h;
+      cost.peak_bytes = working + stored_none;
+      cost.bwd_input_ms += cost.fwd_ms;
+      break;
+  }
+  return cost;
+}
+
+// Token + position lookup and dropout over n tokens. Its backward is the scatter-add
+// into the tables: weight gradient only, apart from the dropout.
+LayerCost embedding_cost(const LayerCoefficients& c, double n) {
+  LayerCost cost;
+  if (n <= 0) return cost;
+  const double e = c.e, h = c.h;
+  cost.fwd_ms = n * h * (5 * e + 1) * c.ms_per_byte + kEmbeddingOps * c.op_ms;
+  cost.bwd_input_ms = n * h * (2 * e + 1) * c.ms_per_byte + c.op_ms;
+  cost.bwd_weight_ms = 3 * e * n * h * c.ms_per_byte + 2 * c.op_ms;
+  cost.stored_bytes = n * h;  // dropout mask
+  cost.peak_bytes = e * n * h;
+  return cost;
+}
+
+// Final LN, LM head (h x vocab matmul) and cross-entropy over n tokens. The loss keeps
+// the logits' softmax in fp32 (4 n V bytes) until backward.
+LayerCost head_cost(const LayerCoefficients& c, double n) {
+  LayerCost cost;
+  if (n <= 0) return cost;
+  const double e = c.e, h = c.h, v = c.v;
+  const double head_ms = matmul_ms(c, 2 * n * h * v, n);
+  cost.fwd_ms = head_ms + (2 * e * n * h + (e + 8) * n * v) * c.ms_per_byte + kHeadOps * c.op_ms;
+  cost.bwd_weight_ms = head_ms / c.backward_speedup + c.op_ms;
+  cost.bwd_input_ms = head_ms / c.backward_speedup + (3 * e * n * h + (e + 8) * n * v) * c.ms_per_byte +
+                      (kHeadOps - 1) * c.op_ms;
+  cost.stored_bytes = 4 * n * v + 2 * e * n * h;
+  cost.peak_bytes = (4 + e) * n * v;  // the logits in e and their fp32 gradient
+  return cost;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::decoder_layer_cost;
+using detail::embedding_cost;
+using detail::encoder_layer_cost;
+using detail::head_cost;
+using detail::LayerCoefficients;
+using detail::LayerCost;
+
+class AnalyticCostModel final : public CostModel {
+ public:
+  AnalyticCostModel(const ModelSpec& model, const DeviceSpec& device, const CostModelOptions& options)
+      : model_(model), device_(device), options_(options),
+        stages_(assign_layers_uniform(model, options.num_stages)) {
+    c_.e = device.bytes_per_element;
+    c_.h = model.hidden;
+    c_.k = model.attention_width();
+    c_.f = model.ffn_hidden;
+    c_.a = model.heads;
+    c_.v = model.vocab;
+    c_.matmul_ms_per_flop = 1.0 / (device.peak_tflops * 1e9 * device.matmul_efficiency);
+    c_.half_rows = device.matmul_half_rows;
+    c_.attention_slowdown = 1.0 / device.attention_efficiency;
+    c_.ms_per_byte = 1.0 / (device.memory_bandwidth_gbs * 1e6);
+    c_.backward_speedup = device.backward_speedup;
+    c_.op_ms = device.op_overhead_ms;
+    for (const StageLayers& s : stages_) {
+      static_bytes_.push_back(
+          model_state_bytes(stage_parameter_count(model, s), device.bytes_per_element, options.zero_shards));
+    }
+  }
+
+  const ModelSpec& model() const override { return model_; }
+  const DeviceSpec& device() const override { return device_; }
+  const std::vector<StageLayers>& stages() const override { return stages_; }
+
+  StageCost stage_cost(int stage, const MicroBatchShape& shape, const AttentionDensity& density,
+                       Recompute recompute) const override {
+    DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));
+    const StageLayers& s = stages_[stage];
+    const double b = static_cast<double>(shape.batch);
+    const double se = static_cast<double>(round_up(shape.seqlen, options_.seqlen_multiple));
+    const double sd = model_.kind == ModelKind::T5
+                          ? static_cast<double>(round_up(shape.dec_seqlen, options_.seqlen_multiple))
+                          : 0.0;
+
+    LayerCost total;  // times and stored summed, peak the largest piece's
+    auto add = [&](const LayerCost& layer, int count) { total.add(layer, count); };
+    if (s.has_embedding) add(embedding_cost(c_, b * se), 1);
+    if (s.has_encoder()) add(encoder_layer_cost(c_, b, se, density.enc, recompute), s.enc_end - s.enc_begin);
+    if (s.has_dec_embedding) add(embedding_cost(c_, b * sd), 1);
+    if (s.has_decoder()) {
+      const double cross_density = std::sqrt(density.enc * density.dec);
+      // The encoder output (the K/V input of every decoder layer) is one tensor the layers
+      // share; it is not counted (its K and V projections are, per layer).
+      add(decoder_layer_cost(c_, b, se, sd, density.dec, cross_density, recompute), s.dec_end - s.dec_begin);
+    }
+    if (s.has_head) add(head_cost(c_, b * (model_.kind == ModelKind::T5 ? sd : se)), 1);
+
+    StageCost cost;
+    cost.fwd_ms = total.fwd_ms;
+    cost.bwd_input_ms = total.bwd_input_ms;
+    cost.bwd_weight_ms = total.bwd_weight_ms;
+    cost.bwd_ms = total.bwd_input_ms + total.bwd_weight_ms;
+    cost.stored_bytes = static_cast<std::int64_t>(std::ceil(total.stored_bytes));
+    cost.peak_bytes = static_cast<std::int64_t>(std::ceil(total.peak_bytes));
+    if (!s.has_head) {
+      // T5: the encoder output travels with the decoder hidden state once the decoder began.
+      const double rows = s.has_decoder() || s.has_dec_embedding ? se + sd : se;
+      cost.output_bytes = static_cast<std::int64_t>(c_.e * b * rows * c_.h);
+    }
+    return cost;
+  }
+
+  std::int64_t static_bytes(int stage) const override {
+    DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));
+    return static_bytes_[stage];
+  }
+
+  std::string describe() const override { return cat("analytic:", device_.name); }
+
+ private:
+  ModelSpec model_;
+  DeviceSpec device_;
+  CostModelOptions options_;
+  std::vector<StageLayers> stages_;
+  std::vector<std::int64_t> static_bytes_;
+  LayerCoefficients c_;
+};
+
+}  // namespace
+
+std::unique_ptr<CostModel> make_analytic_cost_model(const ModelSpec& model, const DeviceSpec& device,
+                                                    const CostModelOptions& options) {
+  model.validate();
+  options.validate();
+  auto require = [&](bool ok, const char* field, double got) {
+    if (!ok) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("device '", device.name, "': ", field, " must be > 0, got ", got));
+    }
+  };
+  require(device.peak_tflops > 0, "peak_tflops", device.peak_tflops);
+  require(device.memory_bandwidth_gbs > 0, "memory_bandwidth_gbs", device.memory_bandwidth_gbs);
+  require(device.matmul_efficiency > 0, "matmul_efficiency", device.matmul_efficiency);
+  require(device.attention_efficiency > 0, "attention_efficiency", device.attention_efficiency);
+  require(device.backward_speedup > 0, "backward_speedup", device.backward_speedup);
+  require(device.bytes_per_element > 0, "bytes_per_element", device.bytes_per_element);
+  return std::make_unique<AnalyticCostModel>(model, device, options);
+}
+
+}  // namespace dynapipe

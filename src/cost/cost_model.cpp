@@ -1,0 +1,102 @@
+#include "dynapipe/cost/cost_model.h"
+
+#include <filesystem>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/cost/profile.h"
+
+namespace dynapipe {
+namespace {
+
+constexpr std::string_view kAnalyticPrefix = "analytic:";
+constexpr std::string_view kProfilePrefix = "profile:";
+
+// The first shape field where two models differ, as "hidden 128 vs 256"; empty if none.
+// The name is not compared: a profile made for a preset fits the same shape from a file.
+std::string first_difference(const ModelSpec& a, const ModelSpec& b) {
+  if (a.kind != b.kind) return cat("kind ", model_kind_name(a.kind), " vs ", model_kind_name(b.kind));
+  const std::pair<const char*, std::pair<int, int>> fields[] = {
+      {"hidden", {a.hidden, b.hidden}},
+      {"heads", {a.heads, b.heads}},
+      {"head_dim", {a.head_dim(), b.head_dim()}},
+      {"ffn_hidden", {a.ffn_hidden, b.ffn_hidden}},
+      {"layers", {a.layers, b.layers}},
+      {"dec_layers", {a.dec_layers, b.dec_layers}},
+      {"vocab", {a.vocab, b.vocab}},
+      {"max_positions", {a.max_positions, b.max_positions}},
+  };
+  for (const auto& [field, values] : fields) {
+    if (values.first != values.second) return cat(field, " ", values.first, " vs ", values.second);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::int64_t model_state_bytes(std::int64_t parameters, int bytes_per_element, int zero_shards) {
+  DYNAPIPE_CHECK(zero_shards >= 1, cat("zero_shards ", zero_shards));
+  const std::int64_t optimizer_bytes = bytes_per_element == 2 ? 12 : 2 * bytes_per_element;
+  const std::int64_t optimizer_total = parameters * optimizer_bytes;
+  return parameters * 2 * bytes_per_element + (optimizer_total + zero_shards - 1) / zero_shards;
+}
+
+void CostModelOptions::validate() const {
+  auto require = [](bool ok, const char* field, int got) {
+    if (!ok) throw Error(ErrorKind::InvalidArgument, cat("cost model options: ", field, " must be >= 1, got ", got));
+  };
+  require(num_stages >= 1, "num_stages", num_stages);
+  require(zero_shards >= 1, "zero_shards", zero_shards);
+  require(seqlen_multiple >= 1, "seqlen_multiple", seqlen_multiple);
+}
+
+double CostModel::p2p_ms(std::int64_t bytes) const {
+  if (bytes <= 0) return 0;
+  const DeviceSpec& d = device();
+  if (d.link_bandwidth_gbs <= 0) return d.link_latency_ms;
+  return d.link_latency_ms + static_cast<double>(bytes) / (d.link_bandwidth_gbs * 1e6);
+}
+
+double CostModel::allreduce_ms(std::int64_t bytes, int replicas) const {
+  if (replicas <= 1 || bytes <= 0) return 0;
+  const DeviceSpec& d = device();
+  // Ring all-reduce: every replica sends and receives 2 (r - 1) / r of the buffer, in
+  // 2 (r - 1) latency-bound steps.
+  const double r = replicas;
+  const double transfer = d.allreduce_bandwidth_gbs > 0
+                              ? 2 * (r - 1) / r * static_cast<double>(bytes) / (d.allreduce_bandwidth_gbs * 1e6)
+                              : 0;
+  return 2 * (r - 1) * d.link_latency_ms + transfer;
+}
+
+std::unique_ptr<CostModel> make_cost_model(const std::string& spec, const ModelSpec& model,
+                                           const CostModelOptions& options) {
+  options.validate();
+  if (spec.starts_with(kAnalyticPrefix)) {
+    const std::string device = spec.substr(kAnalyticPrefix.size());
+    DeviceSpec d;
+    try {
+      d = device_preset(device);
+    } catch (const Error& e) {
+      throw Error(e.kind(), cat("--cost-model '", spec, "': ", e.what()));
+    }
+    return make_analytic_cost_model(model, d, options);
+  }
+  const std::string path = spec.starts_with(kProfilePrefix) ? spec.substr(kProfilePrefix.size()) : spec;
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::is_regular_file(path, ec)) {
+    throw Error(ErrorKind::NotFound,
+                cat("--cost-model must be analytic:<device> (", join(device_preset_names(), ", "),
+                    ") or a profile file, got '", spec, "' (no such file)"));
+  }
+  Profile profile = load_profile(path);
+  const std::string difference = first_difference(profile.model, model);
+  if (!difference.empty()) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--cost-model '", spec, "': the profile is for model '", profile.model.name,
+                    "' but the requested model is '", model.name, "' (", difference, ")"));
+  }
+  profile.model.name = model.name;
+  return make_profiled_cost_model(profile, options, path);
+}
+
+}  // namespace dynapipe

@@ -1,0 +1,42 @@
+// Analytic per-layer costs: what one layer of each kind costs for a shape. Private to
+// cost/; the analytic cost model sums them per stage (docs/cost-model.md).
+#pragma once
+
+#include "dynapipe/core/model_kind.h"
+
+namespace dynapipe::detail {
+
+// Everything the formulas need, precomputed once per cost model (doubles: the formulas
+// multiply token counts by widths and would overflow int32).
+struct LayerCoefficients {
+  double e = 2;                   // bytes per element
+  double h = 0, k = 0, f = 0;     // hidden, attention width (heads x head_dim), ffn
+  double a = 0, v = 0;            // heads, vocab
+  double matmul_ms_per_flop = 0;  // 1 / (peak x eff_max)
+  double half_rows = 0;           // m_half of the efficiency curve
+  double attention_slowdown = 1;  // 1 / DeviceSpec::attention_efficiency
+  double ms_per_byte = 0;         // 1 / memory bandwidth
+  double backward_speedup = 1;
+  double op_ms = 0;               // per-op overhead
+};
+
+// One layer's (or embedding's, or head's) cost. Memory in bytes, as double until the
+// stage total is rounded.
+struct LayerCost {
+  double fwd_ms = 0;
+  double bwd_input_ms = 0;   // includes recomputation
+  double bwd_weight_ms = 0;
+  double stored_bytes = 0;
+  double peak_bytes = 0;     // transient on top of stored
+  // Adds `count` layers: times and stored add up, the transient is the max.
+  void add(const LayerCost& other, int count);
+};
+
+LayerCost encoder_layer_cost(const LayerCoefficients& c, double batch, double seqlen, double density,
+                             Recompute recompute);
+LayerCost decoder_layer_cost(const LayerCoefficients& c, double batch, double enc_seqlen, double dec_seqlen,
+                             double self_density, double cross_density, Recompute recompute);
+LayerCost embedding_cost(const LayerCoefficients& c, double tokens);
+LayerCost head_cost(const LayerCoefficients& c, double tokens);
+
+}  // namespace dynapipe::detail

@@ -1,0 +1,286 @@
+// The profiled cost model: per-layer tables from a Profile, interpolated piecewise
+// linearly on their (batch, seqlen[, dec_seqlen]) grid and summed per stage. The rules
+// (interpolation, extrapolation, missing points, stage peak) are in
+// docs/profile-format.md.
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/units.h"
+#include "dynapipe/cost/profile.h"
+
+namespace dynapipe {
+namespace {
+
+// When a point gives bwd_ms only, this share of it is the weight gradient: a dense
+// layer's backward is two equal matmuls (dX, dW), but attention and elementwise work
+// belong to the input gradient, so dW is about a third.
+constexpr double kDefaultWeightFraction = 1.0 / 3.0;
+
+// The interpolated quantities of one table entry.
+enum Quantity { kFwd, kBwd, kBwdInput, kBwdWeight, kStored, kPeak, kNumQuantities };
+using Values = std::array<double, kNumQuantities>;
+
+bool is_infeasible(const Values& v) { return v[kStored] >= static_cast<double>(kInfeasibleBytes); }
+
+// One (layer kind, recompute mode) table on its full grid, missing points filled.
+class Table {
+ public:
+  Table(const std::vector<ProfilePoint>& points, bool is_decoder) {
+    for (const ProfilePoint& p : points) {
+      batch_.push_back(static_cast<double>(p.batch));
+      seq_.push_back(static_cast<double>(p.seqlen));
+      dec_.push_back(is_decoder ? static_cast<double>(p.dec_seqlen) : 0.0);
+    }
+    for (auto* axis : {&batch_, &seq_, &dec_}) {
+      std::sort(axis->begin(), axis->end());
+      axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
+    }
+    const std::size_t nb = batch_.size(), ns = seq_.size(), nd = dec_.size();
+    values_.assign(nb * ns * nd, Values{});
+    std::vector<char> measured(values_.size(), 0);
+    for (const ProfilePoint& p : points) {
+      const std::size_t i = index(find(batch_, p.batch), find(seq_, p.seqlen),
+                                  is_decoder ? find(dec_, p.dec_seqlen) : 0);
+      Values& v = values_[i];
+      v[kFwd] = p.fwd_ms;
+      v[kBwd] = p.bwd_ms;
+      v[kBwdInput] = p.bwd_input_ms ? *p.bwd_input_ms : p.bwd_ms * (1 - kDefaultWeightFraction);
+      v[kBwdWeight] = p.bwd_weight_ms ? *p.bwd_weight_ms : p.bwd_ms * kDefaultWeightFraction;
+      v[kStored] = static_cast<double>(p.stored_bytes);
+      v[kPeak] = static_cast<double>(p.peak_bytes);
+      measured[i] = 1;
+    }
+    for (std::size_t is = 0; is < ns; ++is) {
+      for (std::size_t id = 0; id < nd; ++id) fill_row(is, id, measured);
+    }
+  }
+
+  // Multilinear interpolation with linear extrapolation beyond the edges; a shape whose
+  // cell touches an out-of-memory point is out of memory.
+  Values at(double b, double s, double d) const {
+    std::size_t ib, is, id;
+    double tb, ts, td;
+    locate(batch_, b, ib, tb);
+    locate(seq_, s, is, ts);
+    locate(dec_, d, id, td);
+    Values out{};
+    bool infeasible = false;
+    for (int corner = 0; corner < 8; ++corner) {
+      const int cb = corner & 1, cs = (corner >> 1) & 1, cd = (corner >> 2) & 1;
+      const double w = (cb ? tb : 1 - tb) * (cs ? ts : 1 - ts) * (cd ? td : 1 - td);
+      if (w == 0) continue;
+      const Values& v = values_[index(ib + cb, is + cs, id + cd)];
+      infeasible = infeasible || is_infeasible(v);
+      for (int q = 0; q < kNumQuantities; ++q) out[q] += w * v[q];
+    }
+    for (double& x : out) x = std::max(0.0, x);
+    if (infeasible) out[kStored] = out[kPeak] = static_cast<double>(kInfeasibleBytes);
+    return out;
+  }
+
+ private:
+  static std::size_t find(const std::vector<double>& axis, std::int64_t x) {
+    return static_cast<std::size_t>(std::lower_bound(axis.begin(), axis.end(), static_cast<double>(x)) -
+                                    axis.begin());
+  }
+  // Cell [i, i + 1] holding x (the edge cell outside the axis) and x's position t in it;
+  // t < 0 or t > 1 extrapolates. A one-value axis (the GPT dec axis) has t = 0.
+  static void locate(const std::vector<double>& axis, double x, std::size_t& i, double& t) {
+    if (axis.size() == 1) {
+      i = 0;
+      t = 0;
+      return;
+    }
+    const auto it = std::upper_bound(axis.begin(), axis.end(), x);
+    const std::size_t hi = std::clamp<std::size_t>(static_cast<std::size_t>(it - axis.begin()), 1, axis.size() - 1);
+    i = hi - 1;
+    t = (x - axis[i]) / (axis[hi] - axis[i]);
+  }
+  std::size_t index(std::size_t ib, std::size_t is, std::size_t id) const {
+    // Corners past a one-value axis collapse onto it (their weight is 0 anyway).
+    ib = std::min(ib, batch_.size() - 1);
+    is = std::min(is, seq_.size() - 1);
+    id = std::min(id, dec_.size() - 1);
+    return (ib * seq_.size() + is) * dec_.size() + id;
+  }
+
+  // Fills the unmeasured batches of one (seqlen, dec_seqlen) row (the parser guarantees
+  // one measured point per row): between measured batches by interpolation, below them
+  // by extrapolation, above the largest measured batch as out of memory (the profiler
+  // skips shapes past an OOM), with times extrapolated from the two largest.
+  void fill_row(std::size_t is, std::size_t id, const std::vector<char>& measured) {
+    std::vector<std::size_t> known;
+    for (std::size_t ib = 0; ib < batch_.size(); ++ib) {
+      if (measured[index(ib, is, id)]) known.push_back(ib);
+    }
+    DYNAPIPE_CHECK(!known.empty(), "profile row without a measured point");
+    auto line = [&](std::size_t lo, std::size_t hi, double b) {
+      const Values& a = values_[index(lo, is, id)];
+      const Values& c = values_[index(hi, is, id)];
+      Values v{};
+      if (lo == hi) {  // one measurement: proportional to batch
+        for (int q = 0; q < kNumQuantities; ++q) v[q] = a[q] * b / batch_[lo];
+        return v;
+      }
+      const double t = (b - batch_[lo]) / (batch_[hi] - batch_[lo]);
+      for (int q = 0; q < kNumQuantities; ++q) v[q] = std::max(0.0, a[q] + t * (c[q] - a[q]));
+      return v;
+    };
+    for (std::size_t ib = 0; ib < batch_.size(); ++ib) {
+      if (measured[index(ib, is, id)]) continue;
+      const double b = batch_[ib];
+      const auto above = std::upper_bound(known.begin(), known.end(), ib);
+      Values& v = values_[index(ib, is, id)];
+      if (above == known.begin()) {
+        v = line(known[0], known[std::min<std::size_t>(1, known.size() - 1)], b);
+      } else if (above == known.end()) {
+        v = line(known[known.size() >= 2 ? known.size() - 2 : 0], known.back(), b);
+        v[kStored] = v[kPeak] = static_cast<double>(kInfeasibleBytes);
+      } else {
+        v = line(*(above - 1), *above, b);
+      }
+    }
+  }
+
+  std::vector<double> batch_, seq_, dec_;
+  std::vector<Values> values_;  // [batch][seqlen][dec_seqlen]
+};
+
+class ProfiledCostModel final : public CostModel {
+ public:
+  ProfiledCostModel(const Profile& profile, const CostModelOptions& options, std::string source)
+      : profile_(profile), options_(options), source_(std::move(source)),
+        stages_(assign_layers_uniform(profile.model, options.num_stages)) {
+    const ModelSpec& model = profile.model;
+    for (const ProfileLayer& layer : profile.layers) {
+      const int k = static_cast<int>(layer.kind);
+      for (int m = 0; m < 3; ++m) {
+        // Embedding and head use their "none" table for every mode.
+        const auto& points = layer.points[m].empty() ? layer.points[0] : layer.points[m];
+        DYNAPIPE_CHECK(!points.empty(), cat("profile table ", profile_layer_kind_name(layer.kind), " is empty"));
+        tables_[k][m] = std::make_unique<Table>(points, layer.kind == ProfileLayerKind::Decoder);
+      }
+      parameter_bytes_[k] = layer.parameter_bytes;
+    }
+    const bool t5 = model.kind == ModelKind::T5;
+    stack_kind_ = static_cast<int>(t5 ? ProfileLayerKind::Encoder : ProfileLayerKind::Layer);
+    for (int k : {static_cast<int>(ProfileLayerKind::Embedding), stack_kind_, static_cast<int>(ProfileLayerKind::Head)}) {
+      DYNAPIPE_CHECK(tables_[k][0] != nullptr, cat("profile lacks kind ", k));
+    }
+    if (t5) DYNAPIPE_CHECK(tables_[static_cast<int>(ProfileLayerKind::Decoder)][0] != nullptr, "profile lacks decoder");
+
+    // Static memory: the profile's parameter bytes in the stage_parameter_count() layout:
+    // one embedding per stage that embeds, the head's own bytes, and a token-table copy
+    // for a head stage without an embedding (the LM head is tied to the token table).
+    const int e = profile.device.bytes_per_element;
+    const std::int64_t token_table_bytes = std::int64_t{model.vocab} * model.hidden * e;
+    for (const StageLayers& s : stages_) {
+      std::int64_t bytes = (s.enc_end - s.enc_begin) * parameter_bytes_[stack_kind_] +
+                           (s.dec_end - s.dec_begin) * parameter_bytes_[static_cast<int>(ProfileLayerKind::Decoder)];
+      const bool embeds = s.has_embedding || s.has_dec_embedding;
+      if (embeds) bytes += parameter_bytes_[static_cast<int>(ProfileLayerKind::Embedding)];
+      if (s.has_head) {
+        bytes += parameter_bytes_[static_cast<int>(ProfileLayerKind::Head)];
+        if (!embeds) bytes += token_table_bytes;
+      }
+      static_bytes_.push_back(model_state_bytes(bytes / e, e, options.zero_shards));
+    }
+  }
+
+  const ModelSpec& model() const override { return profile_.model; }
+  const DeviceSpec& device() const override { return profile_.device; }
+  const std::vector<StageLayers>& stages() const override { return stages_; }
+
+  StageCost stage_cost(int stage, const MicroBatchShape& shape, const AttentionDensity& density,
+                       Recompute recompute) const override {
+    DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));
+    const StageLayers& s = stages_[stage];
+    const bool t5 = profile_.model.kind == ModelKind::T5;
+    const int m = static_cast<int>(recompute);
+    const double b = static_cast<double>(shape.batch);
+    const double se = static_cast<double>(round_up(shape.seqlen, options_.seqlen_multiple));
+    const double sd = t5 ? static_cast<double>(round_up(shape.dec_seqlen, options_.seqlen_multiple)) : 0.0;
+
+    Values total{};
+    double peak = 0;
+    auto add = [&](const Values& v, int count) {
+      for (int q = kFwd; q <= kStored; ++q) total[q] += count * v[q];
+      peak = std::max(peak, v[kPeak]);
+    };
+    constexpr int kEmbedding = static_cast<int>(ProfileLayerKind::Embedding);
+    constexpr int kDecoder = static_cast<int>(ProfileLayerKind::Decoder);
+    constexpr int kHead = static_cast<int>(ProfileLayerKind::Head);
+    if (b > 0) {
+      if (s.has_embedding && se > 0) add(tables_[kEmbedding][m]->at(b, se, 0), 1);
+      if (s.has_encoder() && se > 0) {
+        add(layer_values(*tables_[stack_kind_][m], b, se, 0, density.enc), s.enc_end - s.enc_begin);
+      }
+      if (s.has_dec_embedding && sd > 0) add(tables_[kEmbedding][m]->at(b, sd, 0), 1);
+      if (s.has_decoder() && sd > 0) {
+        add(layer_values(*tables_[kDecoder][m], b, se, sd, std::sqrt(density.enc * density.dec)),
+            s.dec_end - s.dec_begin);
+      }
+      const double head_len = t5 ? sd : se;
+      if (s.has_head && head_len > 0) add(tables_[kHead][m]->at(b, head_len, 0), 1);
+    }
+
+    const double cap = static_cast<double>(kInfeasibleBytes);
+    StageCost cost;
+    cost.fwd_ms = total[kFwd];
+    cost.bwd_ms = total[kBwd];
+    cost.bwd_input_ms = total[kBwdInput];
+    cost.bwd_weight_ms = total[kBwdWeight];
+    cost.stored_bytes = static_cast<std::int64_t>(std::min(cap, std::ceil(total[kStored])));
+    cost.peak_bytes = static_cast<std::int64_t>(std::min(cap, std::ceil(peak)));
+    if (!s.has_head) {
+      const double rows = s.has_decoder() || s.has_dec_embedding ? se + sd : se;
+      cost.output_bytes = static_cast<std::int64_t>(profile_.device.bytes_per_element * b * rows *
+                                                    profile_.model.hidden);
+    }
+    return cost;
+  }
+
+  std::int64_t static_bytes(int stage) const override {
+    DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));
+    return static_bytes_[stage];
+  }
+
+  std::string describe() const override { return cat("profile:", source_); }
+
+ private:
+  // A layer's values at a density below 1 (packed rows, block-diagonal attention). The
+  // profile is measured dense; c(s) = linear(s) + quadratic(s), and halving every length
+  // halves the linear part and quarters the quadratic one, so the quadratic (attention)
+  // part is 2 (c(s) - 2 c(s/2)); the sparse cost removes (1 - density) of it.
+  static Values layer_values(const Table& table, double b, double s, double d, double density) {
+    Values full = table.at(b, s, d);
+    if (density >= 1 || is_infeasible(full)) return full;
+    const Values half = table.at(b, s / 2, d / 2);
+    for (int q = 0; q < kNumQuantities; ++q) {
+      const double quadratic = std::clamp(2 * (full[q] - 2 * half[q]), 0.0, full[q]);
+      full[q] -= (1 - std::max(0.0, density)) * quadratic;
+    }
+    return full;
+  }
+
+  Profile profile_;
+  CostModelOptions options_;
+  std::string source_;
+  std::vector<StageLayers> stages_;
+  std::vector<std::int64_t> static_bytes_;
+  std::unique_ptr<Table> tables_[kNumProfileLayerKinds][3];
+  std::int64_t parameter_bytes_[kNumProfileLayerKinds] = {};
+  int stack_kind_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<CostModel> make_profiled_cost_model(const Profile& profile, const CostModelOptions& options,
+                                                    const std::string& source) {
+  options.validate();
+  return std::make_unique<ProfiledCostModel>(profile, options, source);
+}
+
+}  // namespace dynapipe

@@ -1,0 +1,457 @@
+// Lowering of one replica's schedule to per-executor instruction lists.
+//
+// Three passes. (1) Index every op of the order: its device, its position there and its
+// simulated start/end. (2) Walk each device's ops and decide what every compute op reads
+// and writes, as logical buffers: loaded inputs, same-device links, and one Crossing per
+// tensor that changes device. (3) Place each crossing's four instructions into gaps
+// between compute ops (rules in lowering.h), then flatten the gaps and renumber logical
+// buffers 0, 1, 2, ... in order of first write.
+//
+// Invariants: a gap i holds, in this order, the receives posted before compute op i,
+// the send waits (each followed by its FreeBuffer), LoadInput, the receive waits of op i;
+// after op i come its SendXStart and the frees of its inputs (each input of a compute op
+// has that op as its only reader). Per ordered device pair, receive posts keep the
+// sender's posting order.
+// Complexity: O(ops + crossings · log ops).
+#include "dynapipe/plan/lowering.h"
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
+
+namespace dynapipe {
+namespace {
+
+char op_letter(OpKind kind) {
+  switch (kind) {
+    case OpKind::F: return 'F';
+    case OpKind::B: return 'B';
+    case OpKind::I: return 'I';
+    case OpKind::W: return 'W';
+  }
+  return '?';
+}
+
+std::string op_label(const PipelineOp& op) {
+  return cat(op_letter(op.kind), "(mb ", op.mb, ", stage ", op.stage, ")");
+}
+
+[[noreturn]] void bad_input(const std::string& message) {
+  throw Error(ErrorKind::InvalidArgument, cat("lowering: ", message));
+}
+
+struct OpSlot {
+  int device = -1;
+  int index = -1;  // position in the device's order
+  double start_ms = 0, end_ms = 0;
+  bool scheduled = false;
+  bool timed = false;
+};
+
+// One tensor that changes device: an activation (F -> next stage's F) or a gradient
+// (B/I -> previous stage's B/I).
+struct Crossing {
+  bool is_grad = false;
+  int mb = 0;
+  int from_stage = 0, to_stage = 0;
+  int from_device = 0, to_device = 0;
+  int producer_index = 0, consumer_index = 0;  // positions in the two devices' orders
+  double send_ms = 0, arrive_ms = 0;
+  std::vector<std::int64_t> shape;
+  int send_buffer = -1, recv_buffer = -1;  // logical ids on the two devices
+};
+
+struct Gap {
+  std::vector<std::tuple<double, int, int, Instruction>> posts;  // (key, from device, producer index)
+  std::vector<std::pair<int, Instruction>> send_waits;           // (producer index, Finish)
+  std::vector<Instruction> loads;
+  std::vector<Instruction> recv_waits;
+};
+
+struct DeviceBuild {
+  std::vector<Gap> before;                      // [op index], plus the end gap
+  std::vector<Instruction> compute;             // [op index]
+  std::vector<std::vector<Instruction>> after;  // [op index]
+  std::vector<double> start_prefix_max;         // [op index]
+  int next_buffer = 0;
+  int new_buffer() { return next_buffer++; }
+};
+
+Instruction comm(InstructionOp op, const Crossing& x, int peer_rank, int buffer) {
+  Instruction in;
+  in.op = op;
+  in.mb = x.mb;
+  in.stage = is_send(op) ? x.from_stage : x.to_stage;
+  in.peer = peer_rank;
+  in.shape = x.shape;
+  in.buffer = buffer;
+  return in;
+}
+
+Instruction free_buffer(int buffer) {
+  Instruction in;
+  in.op = InstructionOp::FreeBuffer;
+  in.buffer = buffer;
+  return in;
+}
+
+// First op index >= `from` whose start (as a running max, so that a slightly unsorted
+// timeline still gives a monotone answer) is at or after `time_ms`; size() if none.
+int first_start_at_or_after(const DeviceBuild& build, double time_ms, int from) {
+  const auto& starts = build.start_prefix_max;
+  auto it = std::lower_bound(starts.begin() + std::min<std::ptrdiff_t>(from, starts.size()),
+                             starts.end(), time_ms);
+  return static_cast<int>(it - starts.begin());
+}
+
+void validate(const LoweringInput& in) {
+  if (in.hidden <= 0) bad_input(cat("hidden must be > 0, got ", in.hidden));
+  if (in.layout.num_devices < 1 || in.layout.chunks < 1) {
+    bad_input(cat("layout must have num_devices >= 1 and chunks >= 1, got ", in.layout.num_devices,
+                  " and ", in.layout.chunks));
+  }
+  if (in.microbatches.empty()) bad_input("microbatches must be non-empty, got none");
+  for (std::size_t mb = 0; mb < in.microbatches.size(); ++mb) {
+    const MicroBatchShape& s = in.microbatches[mb];
+    bool t5 = in.model == ModelKind::T5;
+    if (s.batch < 1 || s.seqlen < 1 || (t5 && s.dec_seqlen < 1)) {
+      bad_input(cat("microbatches[", mb, "] must have batch, seqlen", t5 ? " and dec_seqlen" : "",
+                    " >= 1, got {", s.batch, ", ", s.seqlen, ", ", s.dec_seqlen, "}"));
+    }
+  }
+  if (static_cast<int>(in.stages.size()) != in.layout.num_stages()) {
+    bad_input(cat("stages must have one entry per virtual stage (", in.layout.num_stages(),
+                  "), got ", in.stages.size()));
+  }
+  if (in.dp < 1 || in.replica < 0 || in.replica >= in.dp) {
+    bad_input(cat("replica must be in [0, dp) with dp >= 1, got replica ", in.replica, ", dp ", in.dp));
+  }
+  if (in.order == nullptr || in.sim == nullptr) bad_input("order and sim must be set, got null");
+  if (static_cast<int>(in.order->device_ops.size()) != in.layout.num_devices) {
+    bad_input(cat("order must have one op list per device (", in.layout.num_devices, "), got ",
+                  in.order->device_ops.size()));
+  }
+}
+
+}  // namespace
+
+bool stage_loads_input(const StageLayers& stage) {
+  return stage.has_embedding || stage.has_dec_embedding || stage.has_head;
+}
+
+std::vector<std::int64_t> boundary_shape(ModelKind model, const StageLayers& sender,
+                                         const MicroBatchShape& shape, std::int64_t hidden) {
+  if (model == ModelKind::Gpt) return {shape.batch, shape.seqlen, hidden};
+  if (sender.has_decoder()) return {shape.batch, shape.seqlen + shape.dec_seqlen, hidden};
+  return {shape.batch, shape.seqlen, hidden};
+}
+
+std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& in) {
+  validate(in);
+  const int num_devices = in.layout.num_devices;
+  const int num_stages = in.layout.num_stages();
+  const int num_mbs = static_cast<int>(in.microbatches.size());
+  auto rank_of = [&](int device) { return in.replica * num_devices + device; };
+  auto slot_index = [&](int mb, int stage, OpKind kind) {
+    return (static_cast<std::size_t>(mb) * num_stages + stage) * 4 + static_cast<std::size_t>(kind);
+  };
+
+  // Pass 1: where and when every op runs.
+  std::vector<OpSlot> slots(static_cast<std::size_t>(num_mbs) * num_stages * 4);
+  for (int d = 0; d < num_devices; ++d) {
+    const auto& ops = in.order->device_ops[d];
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      const PipelineOp& op = ops[i];
+      if (op.mb < 0 || op.mb >= num_mbs || op.stage < 0 || op.stage >= num_stages) {
+        bad_input(cat("order.device_ops[", d, "][", i, "] ", op_label(op), " must have mb in [0, ",
+                      num_mbs, ") and stage in [0, ", num_stages, ")"));
+      }
+      if (in.layout.device_of(op.stage) != d) {
+        bad_input(cat("order.device_ops[", d, "][", i, "] ", op_label(op), " must run on device ",
+                      in.layout.device_of(op.stage), ", got device ", d));
+      }
+      OpSlot& slot = slots[slot_index(op.mb, op.stage, op.kind)];
+      if (slot.scheduled) bad_input(cat("order runs ", op_label(op), " twice"));
+      slot.scheduled = true;
+      slot.device = d;
+      slot.index = i;
+    }
+  }
+  for (const TimedOp& t : in.sim->timeline) {
+    const PipelineOp& op = t.op;
+    if (op.mb < 0 || op.mb >= num_mbs || op.stage < 0 || op.stage >= num_stages) {
+      bad_input(cat("sim.timeline op ", op_label(op), " is out of range"));
+    }
+    OpSlot& slot = slots[slot_index(op.mb, op.stage, op.kind)];
+    if (!slot.scheduled) bad_input(cat("sim.timeline has ", op_label(op), ", which the order does not run"));
+    slot.timed = true;
+    slot.start_ms = t.start_ms;
+    slot.end_ms = t.end_ms;
+  }
+  for (int mb = 0; mb < num_mbs; ++mb) {
+    for (int s = 0; s < num_stages; ++s) {
+      const OpSlot& f = slots[slot_index(mb, s, OpKind::F)];
+      const OpSlot& b = slots[slot_index(mb, s, OpKind::B)];
+      const OpSlot& i = slots[slot_index(mb, s, OpKind::I)];
+      const OpSlot& w = slots[slot_index(mb, s, OpKind::W)];
+      PipelineOp fop{mb, s, OpKind::F};
+      if (!f.scheduled) bad_input(cat("order must run ", op_label(fop), ", got none"));
+      if (b.scheduled == (i.scheduled || w.scheduled) || i.scheduled != w.scheduled) {
+        bad_input(cat("order must run either B or both I and W for (mb ", mb, ", stage ", s, ")"));
+      }
+      const OpSlot& back = b.scheduled ? b : i;
+      if (back.index < f.index || (w.scheduled && w.index < i.index)) {
+        bad_input(cat("order must run (mb ", mb, ", stage ", s, ") as F, then B (or I, then W)"));
+      }
+      for (OpKind kind : {OpKind::F, OpKind::B, OpKind::I, OpKind::W}) {
+        const OpSlot& slot = slots[slot_index(mb, s, kind)];
+        if (slot.scheduled && !slot.timed) {
+          bad_input(cat("sim.timeline must time every op of the order, ", op_label({mb, s, kind}),
+                        " is missing"));
+        }
+      }
+    }
+  }
+  auto backward_slot = [&](int mb, int stage) -> const OpSlot& {
+    const OpSlot& b = slots[slot_index(mb, stage, OpKind::B)];
+    return b.scheduled ? b : slots[slot_index(mb, stage, OpKind::I)];
+  };
+
+  // Arrival times of the simulated transfers, by (mb, from_stage, direction).
+  std::vector<double> arrival(static_cast<std::size_t>(num_mbs) * num_stages * 2,
+                              std::numeric_limits<double>::quiet_NaN());
+  for (const Transfer& t : in.sim->transfers) {
+    if (t.mb < 0 || t.mb >= num_mbs || t.from_stage < 0 || t.from_stage >= num_stages) continue;
+    arrival[(static_cast<std::size_t>(t.mb) * num_stages + t.from_stage) * 2 + (t.is_grad ? 1 : 0)] =
+        t.arrive_ms;
+  }
+
+  // Pass 2: compute instructions, logical buffers, crossings.
+  std::vector<DeviceBuild> builds(num_devices);
+  for (int d = 0; d < num_devices; ++d) {
+    DeviceBuild& build = builds[d];
+    const auto& ops = in.order->device_ops[d];
+    build.before.resize(ops.size() + 1);
+    build.compute.resize(ops.size());
+    build.after.resize(ops.size());
+    double running = -std::numeric_limits<double>::infinity();
+    for (const PipelineOp& op : ops) {
+      running = std::max(running, slots[slot_index(op.mb, op.stage, op.kind)].start_ms);
+      build.start_prefix_max.push_back(running);
+    }
+  }
+  // Outputs first, so that consumers on any device can refer to them.
+  std::vector<int> fwd_out(static_cast<std::size_t>(num_mbs) * num_stages, -1);
+  std::vector<int> bwd_out(static_cast<std::size_t>(num_mbs) * num_stages, -1);
+  auto at = [&](int mb, int stage) { return static_cast<std::size_t>(mb) * num_stages + stage; };
+  for (int mb = 0; mb < num_mbs; ++mb) {
+    for (int s = 0; s < num_stages; ++s) {
+      DeviceBuild& build = builds[in.layout.device_of(s)];
+      if (s + 1 < num_stages) fwd_out[at(mb, s)] = build.new_buffer();
+      if (s > 0) bwd_out[at(mb, s)] = build.new_buffer();
+    }
+  }
+  std::vector<Crossing> crossings;
+  auto add_crossing = [&](bool is_grad, int mb, int from_stage, int to_stage, int consumer_device,
+                          int consumer_index, int recv_buffer) {
+    Crossing x;
+    x.is_grad = is_grad;
+    x.mb = mb;
+    x.from_stage = from_stage;
+    x.to_stage = to_stage;
+    const OpSlot& producer = is_grad ? backward_slot(mb, from_stage) : slots[slot_index(mb, from_stage, OpKind::F)];
+    x.from_device = producer.device;
+    x.to_device = consumer_device;
+    x.producer_index = producer.index;
+    x.consumer_index = consumer_index;
+    x.send_ms = producer.end_ms;
+    double arrive = arrival[at(mb, from_stage) * 2 + (is_grad ? 1 : 0)];
+    x.arrive_ms = arrive == arrive ? std::max(arrive, x.send_ms) : x.send_ms;  // NaN: no transfer given
+    int boundary = is_grad ? to_stage : from_stage;  // the stage before the boundary
+    x.shape = boundary_shape(in.model, in.stages[boundary], in.microbatches[mb], in.hidden);
+    x.send_buffer = is_grad ? bwd_out[at(mb, from_stage)] : fwd_out[at(mb, from_stage)];
+    x.recv_buffer = recv_buffer;
+    crossings.push_back(std::move(x));
+  };
+
+  for (int d = 0; d < num_devices; ++d) {
+    DeviceBuild& build = builds[d];
+    const auto& ops = in.order->device_ops[d];
+    for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+      const PipelineOp& op = ops[i];
+      const int mb = op.mb, s = op.stage;
+      Instruction compute;
+      compute.mb = mb;
+      compute.stage = s;
+      auto consume = [&](int buffer) {
+        compute.inputs.push_back(buffer);
+        build.after[i].push_back(free_buffer(buffer));
+      };
+      if (op.kind == OpKind::F) {
+        compute.op = InstructionOp::Forward;
+        if (s > 0) {
+          int prev_device = in.layout.device_of(s - 1);
+          if (prev_device == d) {
+            if (slots[slot_index(mb, s - 1, OpKind::F)].index > i) {
+              bad_input(cat("order.device_ops[", d, "] runs ", op_label(op), " before ",
+                            op_label({mb, s - 1, OpKind::F}), " on the same device"));
+            }
+            consume(fwd_out[at(mb, s - 1)]);
+          } else {
+            int recv = build.new_buffer();
+            add_crossing(false, mb, s - 1, s, d, i, recv);
+            consume(recv);
+          }
+        }
+        if (stage_loads_input(in.stages[s])) {
+          Instruction load;
+          load.op = InstructionOp::LoadInput;
+          load.mb = mb;
+          load.stage = s;
+          load.buffer = build.new_buffer();
+          build.before[i].loads.push_back(load);
+          consume(load.buffer);
+        }
+        if (s + 1 < num_stages) {
+          compute.buffer = fwd_out[at(mb, s)];
+          compute.shape = boundary_shape(in.model, in.stages[s], in.microbatches[mb], in.hidden);
+        }
+      } else if (op.kind == OpKind::B || op.kind == OpKind::I) {
+        compute.op = op.kind == OpKind::B ? InstructionOp::Backward : InstructionOp::BackwardInput;
+        if (s + 1 < num_stages) {
+          int next_device = in.layout.device_of(s + 1);
+          if (next_device == d) {
+            if (backward_slot(mb, s + 1).index > i) {
+              bad_input(cat("order.device_ops[", d, "] runs ", op_label(op),
+                            " before the backward of (mb ", mb, ", stage ", s + 1, ") on the same device"));
+            }
+            consume(bwd_out[at(mb, s + 1)]);
+          } else {
+            int recv = build.new_buffer();
+            add_crossing(true, mb, s + 1, s, d, i, recv);
+            consume(recv);
+          }
+        }
+        if (s > 0) {
+          compute.buffer = bwd_out[at(mb, s)];
+          compute.shape = boundary_shape(in.model, in.stages[s - 1], in.microbatches[mb], in.hidden);
+        }
+      } else {
+        compute.op = InstructionOp::BackwardWeight;
+      }
+      build.compute[i] = std::move(compute);
+    }
+  }
+
+  // Pass 3: place the crossings. Per ordered device pair, in the sender's posting order.
+  std::sort(crossings.begin(), crossings.end(), [](const Crossing& a, const Crossing& b) {
+    return std::tie(a.from_device, a.to_device, a.producer_index) <
+           std::tie(b.from_device, b.to_device, b.producer_index);
+  });
+  int pair_from = -1, pair_to = -1, pair_position = 0;
+  double pair_key = 0;
+  for (const Crossing& x : crossings) {
+    DeviceBuild& sender = builds[x.from_device];
+    DeviceBuild& receiver = builds[x.to_device];
+    if (x.from_device != pair_from || x.to_device != pair_to) {
+      pair_from = x.from_device;
+      pair_to = x.to_device;
+      pair_position = 0;
+      pair_key = -std::numeric_limits<double>::infinity();
+    }
+    // Receive: posted before the receiver's first op starting at/after the send.
+    int position = std::min(first_start_at_or_after(receiver, x.send_ms, 0), x.consumer_index);
+    position = std::max(position, pair_position);
+    if (position > x.consumer_index) {
+      bad_input(cat("sim.timeline disagrees with the order: the ", x.is_grad ? "gradient" : "activation",
+                    " of (mb ", x.mb, ", stage ", x.from_stage, ") is sent after an earlier message of the "
+                    "same device pair is consumed"));
+    }
+    pair_position = position;
+    pair_key = std::max(pair_key, x.send_ms);
+    const int sender_rank = rank_of(x.from_device), receiver_rank = rank_of(x.to_device);
+    auto op_of = [&](InstructionOp act, InstructionOp grad) { return x.is_grad ? grad : act; };
+    receiver.before[position].posts.emplace_back(
+        pair_key, x.from_device, x.producer_index,
+        comm(op_of(InstructionOp::RecvActivationStart, InstructionOp::RecvGradStart), x, sender_rank,
+             x.recv_buffer));
+    receiver.before[x.consumer_index].recv_waits.push_back(
+        comm(op_of(InstructionOp::RecvActivationFinish, InstructionOp::RecvGradFinish), x, sender_rank,
+             x.recv_buffer));
+    // Send: posted right after the producer; waited on before the backward of the same
+    // (mb, stage) (activations) or the first op starting at/after arrival (gradients).
+    sender.after[x.producer_index].insert(
+        sender.after[x.producer_index].begin(),
+        comm(op_of(InstructionOp::SendActivationStart, InstructionOp::SendGradStart), x, receiver_rank,
+             x.send_buffer));
+    int wait_at = x.is_grad ? first_start_at_or_after(sender, x.arrive_ms, x.producer_index + 1)
+                            : backward_slot(x.mb, x.from_stage).index;
+    sender.before[wait_at].send_waits.emplace_back(
+        x.producer_index,
+        comm(op_of(InstructionOp::SendActivationFinish, InstructionOp::SendGradFinish), x, receiver_rank,
+             x.send_buffer));
+  }
+
+  // Flatten, renumbering logical buffers in order of first appearance.
+  std::vector<ExecutorProgram> programs(num_devices);
+  for (int d = 0; d < num_devices; ++d) {
+    DeviceBuild& build = builds[d];
+    ExecutorProgram& program = programs[d];
+    program.rank = rank_of(d);
+    program.device = d;
+    program.replica = in.replica;
+    const int n = static_cast<int>(build.compute.size());
+    std::size_t total = static_cast<std::size_t>(n) + 2;
+    for (int i = 0; i <= n; ++i) {
+      const Gap& gap = build.before[i];
+      total += gap.posts.size() + 2 * gap.send_waits.size() + gap.loads.size() + gap.recv_waits.size();
+      if (i < n) total += build.after[i].size();
+    }
+    program.instructions.reserve(total);
+    std::vector<int> physical(build.next_buffer, -1);
+    int next_id = 0;
+    auto emit = [&](Instruction instruction) {
+      auto map = [&](int& id) {
+        if (id < 0) return;
+        if (physical[id] < 0) physical[id] = next_id++;
+        id = physical[id];
+      };
+      map(instruction.buffer);
+      for (int& input : instruction.inputs) map(input);
+      program.instructions.push_back(std::move(instruction));
+    };
+    for (int i = 0; i <= n; ++i) {
+      Gap& gap = build.before[i];
+      std::sort(gap.posts.begin(), gap.posts.end(), [](const auto& a, const auto& b) {
+        return std::tie(std::get<0>(a), std::get<1>(a), std::get<2>(a)) <
+               std::tie(std::get<0>(b), std::get<1>(b), std::get<2>(b));
+      });
+      for (auto& post : gap.posts) emit(std::move(std::get<3>(post)));
+      std::stable_sort(gap.send_waits.begin(), gap.send_waits.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (auto& [producer, wait] : gap.send_waits) {
+        int buffer = wait.buffer;
+        emit(std::move(wait));
+        emit(free_buffer(buffer));
+      }
+      for (auto& load : gap.loads) emit(std::move(load));
+      for (auto& wait : gap.recv_waits) emit(std::move(wait));
+      if (i == n) break;
+      emit(std::move(build.compute[i]));
+      for (auto& after : build.after[i]) emit(std::move(after));
+    }
+    Instruction step;
+    if (in.dp > 1) {
+      step.op = InstructionOp::ReduceGrads;
+      emit(step);
+    }
+    step.op = InstructionOp::OptimizerStep;
+    emit(step);
+  }
+  return programs;
+}
+
+}  // namespace dynapipe

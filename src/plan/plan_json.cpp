@@ -1,0 +1,513 @@
+// JSON codec of ExecutionPlan / IterationPlan / PlanSummary (docs/plan-format.md).
+//
+// Writers emit keys in the documented order (nlohmann::ordered_json) and doubles in
+// nlohmann's shortest round-trip form. Readers walk the document with the JSON path of
+// every value at hand, so each error names it; keys they do not know are ignored.
+#include "dynapipe/plan/plan_json.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
+
+namespace dynapipe {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// ---------------------------------------------------------------------------- writing
+
+double finite(double value, const char* field) {
+  if (!std::isfinite(value)) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("plan JSON: ", field, " must be a finite number, got ", value));
+  }
+  return value;
+}
+
+Json doubles(const std::vector<double>& values, const char* field) {
+  Json out = Json::array();
+  for (double v : values) out.push_back(finite(v, field));
+  return out;
+}
+
+char op_letter(OpKind kind) {
+  switch (kind) {
+    case OpKind::F: return 'F';
+    case OpKind::B: return 'B';
+    case OpKind::I: return 'I';
+    case OpKind::W: return 'W';
+  }
+  return '?';
+}
+
+Json model_to_json(const ModelSpec& m) {
+  Json j;
+  j["name"] = m.name;
+  j["kind"] = model_kind_name(m.kind);
+  j["hidden"] = m.hidden;
+  j["heads"] = m.heads;
+  j["kv_channels"] = m.kv_channels;
+  j["ffn_hidden"] = m.ffn_hidden;
+  j["layers"] = m.layers;
+  j["dec_layers"] = m.dec_layers;
+  j["vocab"] = m.vocab;
+  j["max_positions"] = m.max_positions;
+  return j;
+}
+
+Json config_to_json(const PlanConfig& c) {
+  Json j;
+  j["model"] = model_to_json(c.model);
+  j["samples_path"] = c.samples_path;
+  j["strategy"] = c.strategy;
+  j["schedule"] = c.schedule;
+  j["cost_model"] = c.cost_model;
+  j["pp"] = c.pp;
+  j["dp"] = c.dp;
+  j["chunks"] = c.chunks;
+  j["max_seqlen"] = c.max_seqlen;
+  j["max_target_len"] = c.max_target_len;
+  j["global_batch_tokens"] = c.global_batch_tokens;
+  j["memory_limit_gib"] = finite(c.memory_limit_gib, "config.memory_limit_gib");
+  j["seqlen_multiple"] = c.seqlen_multiple;
+  j["seed"] = c.seed;
+  j["iterations"] = c.iterations;
+  return j;
+}
+
+Json instruction_to_json(const Instruction& in) {
+  Json j;
+  j["op"] = instruction_op_name(in.op);
+  if (in.mb >= 0) j["mb"] = in.mb;
+  if (in.stage >= 0) j["stage"] = in.stage;
+  if (in.peer >= 0) j["peer"] = in.peer;
+  if (!in.shape.empty()) j["shape"] = in.shape;
+  if (in.buffer >= 0) j["buffer"] = in.buffer;
+  if (!in.inputs.empty()) j["inputs"] = in.inputs;
+  return j;
+}
+
+Json microbatch_to_json(const MicroBatch& mb, const MicroBatchEstimate* estimate, ModelKind model) {
+  Json j;
+  j["id"] = mb.id;
+  j["sample_ids"] = mb.sample_ids;
+  if (!mb.rows.empty()) j["rows"] = mb.rows;
+  Json shape;
+  shape["batch"] = mb.shape.batch;
+  if (model == ModelKind::Gpt) {
+    shape["seqlen"] = mb.shape.seqlen;
+  } else {
+    shape["enc_seqlen"] = mb.shape.seqlen;
+    shape["dec_seqlen"] = mb.shape.dec_seqlen;
+  }
+  j["shape"] = shape;
+  if (!(mb.density == AttentionDensity{})) {
+    j["density"] = {{"enc", finite(mb.density.enc, "density.enc")},
+                    {"dec", finite(mb.density.dec, "density.dec")}};
+  }
+  j["real_tokens"] = mb.real_tokens;
+  j["target_tokens"] = mb.target_tokens;
+  if (estimate != nullptr) {
+    j["est_fwd_ms"] = doubles(estimate->fwd_ms, "est_fwd_ms");
+    j["est_bwd_ms"] = doubles(estimate->bwd_ms, "est_bwd_ms");
+    j["est_activation_bytes"] = estimate->activation_bytes;
+  }
+  return j;
+}
+
+Json replica_to_json(const ReplicaPlan& r, ModelKind model) {
+  if (!r.estimates.empty() && r.estimates.size() != r.microbatches.size()) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("plan JSON: replica estimates must be empty or one per micro-batch (",
+                    r.microbatches.size(), "), got ", r.estimates.size()));
+  }
+  Json j;
+  Json mbs = Json::array();
+  for (std::size_t i = 0; i < r.microbatches.size(); ++i) {
+    mbs.push_back(microbatch_to_json(r.microbatches[i], r.estimates.empty() ? nullptr : &r.estimates[i], model));
+  }
+  j["microbatches"] = std::move(mbs);
+  j["schedule"] = r.schedule;
+  j["recompute"] = recompute_name(r.recompute);
+  j["est_iteration_ms"] = finite(r.est_iteration_ms, "est_iteration_ms");
+  j["est_peak_memory_bytes"] = r.est_peak_memory_bytes;
+  Json timeline = Json::array();
+  for (const TimedOp& t : r.timeline) {
+    Json op;
+    op["stage"] = t.op.stage;
+    op["op"] = std::string(1, op_letter(t.op.kind));
+    op["mb"] = t.op.mb;
+    op["start_ms"] = finite(t.start_ms, "timeline start_ms");
+    op["end_ms"] = finite(t.end_ms, "timeline end_ms");
+    op["device"] = t.device;
+    timeline.push_back(std::move(op));
+  }
+  j["timeline"] = std::move(timeline);
+  Json executors = Json::array();
+  for (const ExecutorProgram& p : r.executors) {
+    Json e;
+    e["rank"] = p.rank;
+    e["stage"] = p.device;
+    e["replica"] = p.replica;
+    Json instructions = Json::array();
+    for (const Instruction& in : p.instructions) instructions.push_back(instruction_to_json(in));
+    e["instructions"] = std::move(instructions);
+    executors.push_back(std::move(e));
+  }
+  j["executors"] = std::move(executors);
+  return j;
+}
+
+Json iteration_to_json_value(const IterationPlan& it, ModelKind model) {
+  Json j;
+  j["index"] = it.index;
+  j["sample_ids"] = it.sample_ids;
+  j["truncated_ids"] = it.truncated_ids;
+  Json replicas = Json::array();
+  for (const ReplicaPlan& r : it.replicas) replicas.push_back(replica_to_json(r, model));
+  j["replicas"] = std::move(replicas);
+  j["est_iteration_ms"] = finite(it.est_iteration_ms, "est_iteration_ms");
+  j["padding_efficiency"] = finite(it.padding_efficiency, "padding_efficiency");
+  j["planning_ms"] = finite(it.planning_ms, "planning_ms");
+  return j;
+}
+
+Json summary_to_json_value(const PlanSummary& s) {
+  Json j;
+  j["iterations"] = s.iterations;
+  j["mean_est_iteration_ms"] = finite(s.mean_est_iteration_ms, "summary.mean_est_iteration_ms");
+  j["est_tokens_per_s"] = finite(s.est_tokens_per_s, "summary.est_tokens_per_s");
+  j["padding_efficiency"] = finite(s.padding_efficiency, "summary.padding_efficiency");
+  j["mean_planning_ms"] = finite(s.mean_planning_ms, "summary.mean_planning_ms");
+  j["p99_planning_ms"] = finite(s.p99_planning_ms, "summary.p99_planning_ms");
+  return j;
+}
+
+std::string dump(const Json& j, int indent) {
+  return j.dump(indent < 0 ? -1 : indent, ' ', /*ensure_ascii=*/false,
+                Json::error_handler_t::replace);
+}
+
+// ---------------------------------------------------------------------------- reading
+
+// A JSON value and its path ("iterations[2].replicas[0]"); every getter names the path
+// of what it reads when it throws.
+class Node {
+ public:
+  Node(const Json& value, std::string path, const std::string& where)
+      : value_(value), path_(std::move(path)), where_(where) {}
+
+  const Json& value() const { return value_; }
+  const std::string& path() const { return path_; }
+
+  [[noreturn]] void fail(const std::string& expected) const { fail_at(path_, expected, describe(&value_)); }
+
+  [[noreturn]] void fail_key(const char* key, const std::string& expected) const {
+    fail_at(child_path(key), expected, has(key) ? describe(&value_[key]) : "nothing");
+  }
+  bool has(const char* key) const { return value_.is_object() && value_.contains(key); }
+  Node operator[](const char* key) const {
+    expect_object();
+    auto it = value_.find(key);
+    std::string path = child_path(key);
+    if (it == value_.end()) fail_at(path, "present", "nothing");
+    return Node(*it, std::move(path), where_);
+  }
+  Node operator[](std::size_t index) const {
+    return Node(value_[index], cat(path_, '[', index, ']'), where_);
+  }
+
+  void expect_object() const {
+    if (!value_.is_object()) fail("an object");
+  }
+  std::size_t array_size() const {
+    if (!value_.is_array()) fail("an array");
+    return value_.size();
+  }
+  std::int64_t int64(std::int64_t lo = std::numeric_limits<std::int64_t>::min(),
+                     std::int64_t hi = std::numeric_limits<std::int64_t>::max()) const {
+    bool ok = value_.is_number_integer() &&
+              !(value_.is_number_unsigned() &&
+                value_.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()));
+    std::int64_t v = ok ? value_.get<std::int64_t>() : 0;
+    if (!ok) fail("an integer");
+    if (lo == hi && v != lo) fail(cat(lo));
+    if (v < lo) fail(cat("an integer >= ", lo));
+    if (v > hi) fail(cat("an integer <= ", hi));
+    return v;
+  }
+  int int32(int lo = 0, int hi = std::numeric_limits<int>::max()) const { return static_cast<int>(int64(lo, hi)); }
+  std::uint64_t uint64() const {
+    if (!value_.is_number_unsigned() && !(value_.is_number_integer() && value_.get<std::int64_t>() >= 0)) {
+      fail("an unsigned integer");
+    }
+    return value_.get<std::uint64_t>();
+  }
+  double number() const {
+    if (!value_.is_number()) fail("a number");
+    double v = value_.get<double>();
+    if (!std::isfinite(v)) fail("a finite number");
+    return v;
+  }
+  std::string string() const {
+    if (!value_.is_string()) fail("a string");
+    return value_.get<std::string>();
+  }
+
+  template <typename T, typename Read>
+  std::vector<T> list(Read read) const {
+    std::size_t n = array_size();
+    std::vector<T> out;
+    out.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) out.push_back(read((*this)[i]));
+    return out;
+  }
+  std::vector<std::int64_t> int64s(std::int64_t lo = std::numeric_limits<std::int64_t>::min()) const {
+    return list<std::int64_t>([lo](const Node& n) { return n.int64(lo); });
+  }
+  std::vector<double> numbers() const {
+    return list<double>([](const Node& n) { return n.number(); });
+  }
+
+ private:
+  std::string child_path(const char* key) const { return path_.empty() ? key : cat(path_, '.', key); }
+  static std::string describe(const Json* value) {
+    std::string text = value->dump(-1, ' ', false, Json::error_handler_t::replace);
+    if (text.size() > 40) text = text.substr(0, 37) + "...";
+    return text;
+  }
+  [[noreturn]] void fail_at(const std::string& path, const std::string& expected, const std::string& got) const {
+    throw Error(ErrorKind::ParseError,
+                cat(where_, ": ", path.empty() ? "the document" : path, " must be ", expected, ", got ", got));
+  }
+
+  const Json& value_;
+  std::string path_;
+  const std::string& where_;
+};
+
+ModelSpec model_from(const Node& n) {
+  ModelSpec m;
+  m.name = n["name"].string();
+  std::string kind = n["kind"].string();
+  if (kind == "gpt") {
+    m.kind = ModelKind::Gpt;
+  } else if (kind == "t5") {
+    m.kind = ModelKind::T5;
+  } else {
+    n["kind"].fail("\"gpt\" or \"t5\"");
+  }
+  m.hidden = n["hidden"].int32();
+  m.heads = n["heads"].int32();
+  m.kv_channels = n["kv_channels"].int32();
+  m.ffn_hidden = n["ffn_hidden"].int32();
+  m.layers = n["layers"].int32();
+  m.dec_layers = n["dec_layers"].int32();
+  m.vocab = n["vocab"].int32();
+  m.max_positions = n["max_positions"].int32();
+  return m;
+}
+
+PlanConfig config_from(const Node& n) {
+  PlanConfig c;
+  c.model = model_from(n["model"]);
+  c.samples_path = n["samples_path"].string();
+  c.strategy = n["strategy"].string();
+  c.schedule = n["schedule"].string();
+  c.cost_model = n["cost_model"].string();
+  c.pp = n["pp"].int32(1);
+  c.dp = n["dp"].int32(1);
+  c.chunks = n["chunks"].int32(1);
+  c.max_seqlen = n["max_seqlen"].int64(0);
+  c.max_target_len = n["max_target_len"].int64(0);
+  c.global_batch_tokens = n["global_batch_tokens"].int64(0);
+  c.memory_limit_gib = n["memory_limit_gib"].number();
+  c.seqlen_multiple = n["seqlen_multiple"].int32(1);
+  c.seed = n["seed"].uint64();
+  c.iterations = n["iterations"].int64(0);
+  return c;
+}
+
+Instruction instruction_from(const Node& n) {
+  n.expect_object();
+  Instruction in;
+  Node op = n["op"];
+  std::string name = op.string();
+  auto parsed = parse_instruction_op(name);
+  if (!parsed) op.fail("an instruction op (LoadInput, Forward, Backward, ..., OptimizerStep)");
+  in.op = *parsed;
+  if (n.has("mb")) in.mb = n["mb"].int32();
+  if (n.has("stage")) in.stage = n["stage"].int32();
+  if (n.has("peer")) in.peer = n["peer"].int32();
+  if (n.has("shape")) in.shape = n["shape"].int64s(1);
+  if (n.has("buffer")) in.buffer = n["buffer"].int32();
+  if (n.has("inputs")) in.inputs = n["inputs"].list<int>([](const Node& x) { return x.int32(); });
+  return in;
+}
+
+OpKind op_kind_from(const Node& n) {
+  std::string s = n.string();
+  if (s == "F") return OpKind::F;
+  if (s == "B") return OpKind::B;
+  if (s == "I") return OpKind::I;
+  if (s == "W") return OpKind::W;
+  n.fail("one of \"F\", \"B\", \"I\", \"W\"");
+}
+
+ReplicaPlan replica_from(const Node& n, ModelKind model) {
+  n.expect_object();
+  ReplicaPlan r;
+  Node mbs = n["microbatches"];
+  std::size_t count = mbs.array_size();
+  bool with_estimates = count > 0 && mbs[std::size_t{0}].has("est_fwd_ms");
+  for (std::size_t i = 0; i < count; ++i) {
+    Node m = mbs[i];
+    m.expect_object();
+    MicroBatch mb;
+    mb.id = m["id"].int32(static_cast<int>(i), static_cast<int>(i));
+    mb.sample_ids = m["sample_ids"].int64s();
+    if (m.has("rows")) mb.rows = m["rows"].list<std::vector<SampleId>>([](const Node& row) { return row.int64s(); });
+    Node shape = m["shape"];
+    mb.shape.batch = shape["batch"].int64(1);
+    if (model == ModelKind::Gpt) {
+      mb.shape.seqlen = shape["seqlen"].int64(1);
+    } else {
+      mb.shape.seqlen = shape["enc_seqlen"].int64(1);
+      mb.shape.dec_seqlen = shape["dec_seqlen"].int64(1);
+    }
+    if (m.has("density")) {
+      mb.density.enc = m["density"]["enc"].number();
+      mb.density.dec = m["density"]["dec"].number();
+    }
+    mb.real_tokens = m["real_tokens"].int64(0);
+    mb.target_tokens = m["target_tokens"].int64(0);
+    if (m.has("est_fwd_ms") != with_estimates) {
+      m.fail_key("est_fwd_ms", "present on every micro-batch or on none");
+    }
+    if (with_estimates) {
+      MicroBatchEstimate e;
+      e.fwd_ms = m["est_fwd_ms"].numbers();
+      e.bwd_ms = m["est_bwd_ms"].numbers();
+      e.activation_bytes = m["est_activation_bytes"].int64s(0);
+      r.estimates.push_back(std::move(e));
+    }
+    r.microbatches.push_back(std::move(mb));
+  }
+  r.schedule = n["schedule"].string();
+  Node recompute = n["recompute"];
+  auto mode = parse_recompute(recompute.string());
+  if (!mode) recompute.fail("one of \"none\", \"selective\", \"full\"");
+  r.recompute = *mode;
+  r.est_iteration_ms = n["est_iteration_ms"].number();
+  r.est_peak_memory_bytes = n["est_peak_memory_bytes"].int64s(0);
+  r.timeline = n["timeline"].list<TimedOp>([](const Node& t) {
+    t.expect_object();
+    TimedOp op;
+    op.op.stage = t["stage"].int32();
+    op.op.kind = op_kind_from(t["op"]);
+    op.op.mb = t["mb"].int32();
+    op.start_ms = t["start_ms"].number();
+    op.end_ms = t["end_ms"].number();
+    op.device = t.has("device") ? t["device"].int32() : 0;
+    return op;
+  });
+  r.executors = n["executors"].list<ExecutorProgram>([](const Node& e) {
+    e.expect_object();
+    ExecutorProgram p;
+    p.rank = e["rank"].int32();
+    p.device = e["stage"].int32();
+    p.replica = e.has("replica") ? e["replica"].int32() : 0;
+    p.instructions = e["instructions"].list<Instruction>(instruction_from);
+    return p;
+  });
+  return r;
+}
+
+IterationPlan iteration_from(const Node& n, ModelKind model) {
+  n.expect_object();
+  IterationPlan it;
+  it.index = n["index"].int64(0);
+  it.sample_ids = n["sample_ids"].int64s();
+  it.truncated_ids = n["truncated_ids"].int64s();
+  it.replicas = n["replicas"].list<ReplicaPlan>([model](const Node& r) { return replica_from(r, model); });
+  it.est_iteration_ms = n["est_iteration_ms"].number();
+  it.padding_efficiency = n["padding_efficiency"].number();
+  it.planning_ms = n["planning_ms"].number();
+  return it;
+}
+
+PlanSummary summary_from(const Node& n) {
+  n.expect_object();
+  PlanSummary s;
+  s.iterations = n["iterations"].int64(0);
+  s.mean_est_iteration_ms = n["mean_est_iteration_ms"].number();
+  s.est_tokens_per_s = n["est_tokens_per_s"].number();
+  s.padding_efficiency = n["padding_efficiency"].number();
+  s.mean_planning_ms = n["mean_planning_ms"].number();
+  s.p99_planning_ms = n["p99_planning_ms"].number();
+  return s;
+}
+
+Json parse(const std::string& text, const std::string& where) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::exception& e) {
+    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, ...".
+    std::string what = e.what();
+    auto bracket = what.find("] ");
+    throw Error(ErrorKind::ParseError,
+                cat(where, ": the document must be valid JSON, got ",
+                    bracket == std::string::npos ? what : what.substr(bracket + 2)));
+  }
+}
+
+}  // namespace
+
+std::string plan_to_json(const ExecutionPlan& plan, int indent) {
+  Json j;
+  j["format"] = "dynapipe-plan";
+  j["version"] = kPlanFormatVersion;
+  j["config"] = config_to_json(plan.config);
+  Json iterations = Json::array();
+  for (const IterationPlan& it : plan.iterations) iterations.push_back(iteration_to_json_value(it, plan.config.model.kind));
+  j["iterations"] = std::move(iterations);
+  j["summary"] = summary_to_json_value(plan.summary);
+  return dump(j, indent);
+}
+
+ExecutionPlan plan_from_json(const std::string& text, const std::string& where) {
+  Json j = parse(text, where);
+  Node root(j, "", where);
+  root.expect_object();
+  if (root["format"].string() != "dynapipe-plan") root["format"].fail("\"dynapipe-plan\"");
+  root["version"].int64(kPlanFormatVersion, kPlanFormatVersion);
+  ExecutionPlan plan;
+  plan.config = config_from(root["config"]);
+  ModelKind model = plan.config.model.kind;
+  plan.iterations = root["iterations"].list<IterationPlan>([model](const Node& n) { return iteration_from(n, model); });
+  plan.summary = summary_from(root["summary"]);
+  return plan;
+}
+
+std::string iteration_to_json(const IterationPlan& iteration, ModelKind model, int indent) {
+  return dump(iteration_to_json_value(iteration, model), indent);
+}
+
+IterationPlan iteration_from_json(const std::string& text, ModelKind model, const std::string& where) {
+  Json j = parse(text, where);
+  return iteration_from(Node(j, "", where), model);
+}
+
+std::string summary_to_json(const PlanSummary& summary, int indent) {
+  return dump(summary_to_json_value(summary), indent);
+}
+
+PlanSummary summary_from_json(const std::string& text, const std::string& where) {
+  Json j = parse(text, where);
+  return summary_from(Node(j, "", where));
+}
+
+}  // namespace dynapipe

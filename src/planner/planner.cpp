@@ -1,0 +1,255 @@
+#include "dynapipe/planner/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "dynapipe/batching/batching.h"
+#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/units.h"
+#include "dynapipe/plan/lowering.h"
+#include "dynapipe/plan/verifier.h"
+#include "dynapipe/schedule/schedule.h"
+#include "dynapipe/schedule/schedule_search.h"
+
+namespace dynapipe {
+
+namespace {
+
+constexpr int kInterleavedChunks = 2;
+
+bool known_schedule(const std::string& name) {
+  if (name == "auto") return true;
+  const auto& names = schedule_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+void validate_config(const PlanConfig& config) {
+  config.model.validate();
+  if (config.pp < 1) throw Error(ErrorKind::InvalidArgument, cat("--pp must be >= 1, got ", config.pp));
+  if (config.dp < 1) throw Error(ErrorKind::InvalidArgument, cat("--dp must be >= 1, got ", config.dp));
+  if (config.pp > config.model.total_layers()) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--pp must be at most the model's ", config.model.total_layers(),
+                    " layers (", config.model.name, "), got ", config.pp));
+  }
+  if (config.max_seqlen < 1) {
+    throw Error(ErrorKind::InvalidArgument, cat("--max-seqlen must be >= 1, got ", config.max_seqlen));
+  }
+  if (config.global_batch_tokens < 1) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--global-batch-tokens must be >= 1, got ", config.global_batch_tokens));
+  }
+  if (config.memory_limit_gib < 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--memory-limit must be >= 0 GiB, got ", config.memory_limit_gib));
+  }
+  if (!parse_strategy(config.strategy)) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--strategy must be one of ", join(strategy_names(), ", "), ", got \"",
+                    config.strategy, "\""));
+  }
+  if (!known_schedule(config.schedule)) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--schedule must be auto or one of ", join(schedule_names(), ", "), ", got \"",
+                    config.schedule, "\""));
+  }
+}
+
+double percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = q * (values.size() - 1);
+  const std::size_t lo = static_cast<std::size_t>(std::floor(rank));
+  const std::size_t hi = std::min(lo + 1, values.size() - 1);
+  return values[lo] + (rank - lo) * (values[hi] - values[lo]);
+}
+
+}  // namespace
+
+struct Planner::Impl {
+  PlanConfig config;
+  PlannerOptions options;
+  std::unique_ptr<CostModel> cost;              // pp stages
+  std::unique_ptr<CostModel> interleaved_cost;  // pp * chunks stages, when interleaving applies
+  std::int64_t memory_limit_bytes = 0;
+  BatchingOptions batching;
+};
+
+Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  validate_config(config);
+  Impl& m = *impl_;
+  m.config = config;
+  m.options = options;
+  CostModelOptions cost_options;
+  cost_options.num_stages = config.pp;
+  cost_options.seqlen_multiple = config.seqlen_multiple;
+  m.cost = make_cost_model(config.cost_model, config.model, cost_options);
+
+  const bool interleaving_possible =
+      config.pp > 1 && config.model.total_layers() >= config.pp * kInterleavedChunks;
+  const bool wants_interleaved =
+      config.schedule == "interleaved" || (config.schedule == "auto" && !options.fixed_layout);
+  if (config.schedule == "interleaved" && !interleaving_possible) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--schedule interleaved needs --pp >= 2 and at least ", kInterleavedChunks,
+                    " layers per stage (", config.model.name, " has ", config.model.total_layers(),
+                    " layers), got --pp ", config.pp));
+  }
+  m.config.chunks = 1;
+  if (wants_interleaved && interleaving_possible) {
+    CostModelOptions interleaved_options = cost_options;
+    interleaved_options.num_stages = config.pp * kInterleavedChunks;
+    m.interleaved_cost = make_cost_model(config.cost_model, config.model, interleaved_options);
+    if (config.schedule == "interleaved") m.config.chunks = kInterleavedChunks;
+  }
+
+  m.memory_limit_bytes = config.memory_limit_gib > 0 ? gib_to_bytes(config.memory_limit_gib)
+                                                     : m.cost->device().memory_bytes;
+  if (config.memory_limit_gib <= 0) m.config.memory_limit_gib = bytes_to_gib(m.memory_limit_bytes);
+  for (int stage = 0; stage < m.cost->num_stages(); ++stage) {
+    const std::int64_t static_bytes = m.cost->static_bytes(stage);
+    if (static_bytes >= m.memory_limit_bytes) {
+      throw Error(ErrorKind::Infeasible,
+                  cat("--memory-limit ", format_gib(m.memory_limit_bytes),
+                      " must exceed the static memory of stage ", stage, " (",
+                      format_gib(static_bytes),
+                      " of parameters, gradients and optimizer states), got ",
+                      format_gib(m.memory_limit_bytes)));
+    }
+  }
+
+  BatchingOptions& b = m.batching;
+  b.strategy = *parse_strategy(config.strategy);
+  b.kind = config.model.kind;
+  b.num_stages = config.pp;
+  b.dp = config.dp;
+  b.memory_limit_bytes = m.memory_limit_bytes;
+  b.max_seqlen = config.max_seqlen;
+  b.max_target_len = config.max_target_len > 0 ? config.max_target_len : config.max_seqlen;
+  b.seqlen_multiple = config.seqlen_multiple;
+  b.validate();
+}
+
+Planner::~Planner() = default;
+
+const PlanConfig& Planner::config() const { return impl_->config; }
+const CostModel& Planner::cost_model() const { return *impl_->cost; }
+
+IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
+  const Impl& m = *impl_;
+  const auto start = std::chrono::steady_clock::now();
+  IterationPlan iteration;
+  iteration.index = batch.index;
+  iteration.truncated_ids = batch.truncated_ids;
+  iteration.sample_ids.reserve(batch.samples.size());
+  for (const Sample& s : batch.samples) iteration.sample_ids.push_back(s.id);
+
+  const BatchingResult batching = make_microbatches(batch, *m.cost, m.batching);
+  std::int64_t real_tokens = 0, computed_tokens = 0;
+  for (std::size_t r = 0; r < batching.replicas.size(); ++r) {
+    const std::vector<MicroBatch>& microbatches = batching.replicas[r];
+    if (microbatches.empty()) {
+      throw Error(ErrorKind::Infeasible,
+                  cat("iteration ", batch.index, ": ", batch.samples.size(),
+                      " samples cannot feed --dp ", m.config.dp,
+                      " replicas; raise --global-batch-tokens or lower --dp"));
+    }
+    const std::vector<SearchCandidate> candidates = make_search_candidates(
+        m.config.schedule, *m.cost, m.interleaved_cost.get(), microbatches, m.config.pp,
+        m.memory_limit_bytes);
+    SearchOptions search_options;
+    search_options.seed = m.config.seed;
+    SearchResult best;
+    try {
+      best = search_schedule(candidates, search_options);
+    } catch (const Error& e) {
+      throw Error(e.kind(), cat("iteration ", batch.index, " replica ", r, ": ", e.what()));
+    }
+    const SearchCandidate& chosen = candidates[best.candidate];
+    const CostModel& stage_model =
+        chosen.problem.layout.chunks > 1 ? *m.interleaved_cost : *m.cost;
+
+    ReplicaPlan replica;
+    replica.microbatches = microbatches;
+    replica.schedule = best.schedule;
+    replica.recompute = best.recompute;
+    replica.est_iteration_ms = best.sim.makespan_ms;
+    replica.est_peak_memory_bytes = best.sim.peak_memory_bytes;
+    replica.timeline = best.sim.timeline;
+    for (const MicroBatch& mb : microbatches) {
+      MicroBatchEstimate estimate;
+      for (const StageCost& c : chosen.problem.costs[mb.id]) {
+        estimate.fwd_ms.push_back(c.fwd_ms);
+        estimate.bwd_ms.push_back(c.bwd_ms);
+        estimate.activation_bytes.push_back(c.stored_bytes);
+      }
+      replica.estimates.push_back(std::move(estimate));
+      real_tokens += mb.real_tokens;
+      computed_tokens += mb.shape.tokens();
+    }
+
+    LoweringInput lowering;
+    lowering.model = m.config.model.kind;
+    lowering.hidden = m.config.model.hidden;
+    lowering.layout = chosen.problem.layout;
+    for (const MicroBatch& mb : microbatches) lowering.microbatches.push_back(mb.shape);
+    lowering.stages = stage_model.stages();
+    lowering.replica = static_cast<int>(r);
+    lowering.dp = m.config.dp;
+    lowering.order = &best.order;
+    lowering.sim = &best.sim;
+    replica.executors = lower_to_programs(lowering);
+    if (m.options.verify) {
+      VerifyOptions verify;
+      verify.layout = chosen.problem.layout;
+      verify.num_microbatches = static_cast<int>(microbatches.size());
+      verify_programs(replica.executors, verify);
+    }
+    iteration.est_iteration_ms = std::max(iteration.est_iteration_ms, replica.est_iteration_ms);
+    iteration.replicas.push_back(std::move(replica));
+  }
+  if (m.config.dp > 1) {
+    // Gradient all-reduce after the last backward: fp16/bf16 gradients of the largest stage.
+    std::int64_t largest = 0;
+    for (int s = 0; s < m.cost->num_stages(); ++s) largest = std::max(largest, m.cost->static_bytes(s));
+    const std::int64_t grad_bytes = largest / 16 * m.cost->device().bytes_per_element;
+    iteration.est_iteration_ms += m.cost->allreduce_ms(grad_bytes, m.config.dp);
+  }
+  iteration.padding_efficiency =
+      computed_tokens > 0 ? static_cast<double>(real_tokens) / computed_tokens : 0.0;
+  iteration.planning_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return iteration;
+}
+
+PlanSummary summarize(const std::vector<IterationPlan>& iterations) {
+  PlanSummary summary;
+  summary.iterations = static_cast<std::int64_t>(iterations.size());
+  if (iterations.empty()) return summary;
+  double total_ms = 0, planning_ms = 0;
+  std::int64_t real_tokens = 0, computed_tokens = 0;
+  std::vector<double> planning;
+  for (const IterationPlan& it : iterations) {
+    total_ms += it.est_iteration_ms;
+    planning_ms += it.planning_ms;
+    planning.push_back(it.planning_ms);
+    for (const ReplicaPlan& r : it.replicas) {
+      for (const MicroBatch& mb : r.microbatches) {
+        real_tokens += mb.real_tokens;
+        computed_tokens += mb.shape.tokens();
+      }
+    }
+  }
+  summary.mean_est_iteration_ms = total_ms / iterations.size();
+  summary.est_tokens_per_s = total_ms > 0 ? real_tokens / (total_ms / 1000.0) : 0.0;
+  summary.padding_efficiency =
+      computed_tokens > 0 ? static_cast<double>(real_tokens) / computed_tokens : 0.0;
+  summary.mean_planning_ms = planning_ms / iterations.size();
+  summary.p99_planning_ms = percentile(planning, 0.99);
+  return summary;
+}
+
+}  // namespace dynapipe

@@ -1,0 +1,85 @@
+// The real system behind `dynapipe train`: data/ global batches, planner/ Planner, and
+// runtime/model/ stage models + collate. This is the one file that binds the executor to
+// the modules it runs; each hook below is the single place to wire its module.
+#include "dynapipe/core/error.h"
+#include "dynapipe/data/dataset.h"
+#include "dynapipe/data/global_batch.h"
+#include "dynapipe/data/truncation.h"
+#include "dynapipe/planner/planner.h"
+#include "runtime/exec/plan_codec.h"
+#include "runtime/exec/trainer.h"
+#include "runtime/model/collate.h"
+#include "runtime/model/model.h"
+
+namespace dynapipe::runtime {
+
+namespace {
+
+// Tokens of the samples file: the byte tokenizer's for text samples, the data module's
+// deterministic synthetic pattern for lengths-only ones.
+class DatasetTokenSource : public TokenSource {
+ public:
+  explicit DatasetTokenSource(std::shared_ptr<const Dataset> dataset) : dataset_(std::move(dataset)) {}
+  runtime::SampleTokens tokens(SampleId id) const override {
+    const dynapipe::SampleTokens t = dataset_->tokens(id);
+    return {std::vector<std::int32_t>(t.input.begin(), t.input.end()),
+            std::vector<std::int32_t>(t.target.begin(), t.target.end())};
+  }
+
+ private:
+  std::shared_ptr<const Dataset> dataset_;
+};
+
+AttentionMode attention_mode(const std::string& strategy) {
+  if (strategy == "packing-varlen") return AttentionMode::Varlen;
+  if (strategy == "packing") return AttentionMode::Packed;
+  return AttentionMode::Padded;
+}
+
+}  // namespace
+
+TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
+  TrainHooks hooks;
+  // PlannerOptions{.fixed_layout = true} never picks the interleaved schedule, so every
+  // iteration keeps one virtual stage per device.
+  hooks.num_stages = options.plan.pp;
+  const PlanConfig& config = options.plan;
+  TruncationLimits limits;
+  limits.kind = config.model.kind;
+  limits.max_seqlen = config.max_seqlen;
+  limits.max_target_len = config.max_target_len;
+  auto dataset = std::make_shared<const Dataset>(Dataset::load(config.samples_path, limits));
+
+  if (rank == 0) {
+    auto batches = std::make_shared<const std::vector<GlobalBatch>>(form_global_batches(
+        dataset->samples(), dataset->truncated_ids(), config.global_batch_tokens, config.iterations));
+    if (batches->empty()) {
+      throw Error(ErrorKind::InvalidArgument, cat(config.samples_path, ": no global batches"));
+    }
+    PlannerOptions planner_options;
+    planner_options.fixed_layout = true;
+    auto planner = std::make_shared<const Planner>(config, planner_options);
+    hooks.produce_plan = [batches, planner](std::int64_t i) {
+      GlobalBatch batch = (*batches)[i % batches->size()];
+      batch.index = i;  // data position i, cycling through the data
+      return encode_plan(planner->plan_iteration(batch));
+    };
+  }
+  const std::vector<StageLayers> layers = assign_layers_uniform(config.model, hooks.num_stages);
+  ModelOptions model_options;
+  model_options.dropout = options.dropout;
+  model_options.seed = config.seed;
+  const ModelSpec model = config.model;
+  hooks.make_stage = [model, layers, model_options](int stage) {
+    return make_stage_model(model, layers.at(stage), model_options);
+  };
+  auto source = std::make_shared<DatasetTokenSource>(dataset);
+  const AttentionMode mode = attention_mode(config.strategy);
+  const ModelKind kind = config.model.kind;
+  hooks.collate = [source, mode, kind](const MicroBatch& mb) {
+    return collate(mb, *source, kind, mode, /*loss_scale: set by the executor*/ 1.0);
+  };
+  return hooks;
+}
+
+}  // namespace dynapipe::runtime

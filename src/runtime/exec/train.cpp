@@ -1,0 +1,428 @@
+// run_training (launch or join), one rank's process setup, the training loop, checkpoints.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/serialize.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/runtime/launcher.h"
+#include "runtime/exec/c10d_key_value.h"
+#include "runtime/exec/metrics.h"
+#include "runtime/exec/plan_ahead.h"
+#include "runtime/exec/plan_codec.h"
+#include "runtime/exec/trainer.h"
+
+namespace dynapipe::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Millis seconds_to_ms(double s) { return Millis(static_cast<std::int64_t>(s * 1000.0)); }
+
+// ---------------------------------------------------------------- memory
+
+// Peak resident set size of this process since the last reset (VmHWM), in bytes. The
+// high-water mark is reset at every step start by writing "5" to /proc/self/clear_refs
+// (Linux >= 4.0); where that is not allowed the value is the process-lifetime peak.
+void reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  if (out) out << "5";
+}
+std::int64_t peak_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::istringstream fields(line.substr(6));
+      std::int64_t kib = 0;
+      fields >> kib;
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+// Layout under --checkpoint-dir:
+//   step-<N>/rank-<r>.pt   parameters, AdamW state and CPU RNG state of rank r
+//   step-<N>/meta.json     {"next_step": N, "world_size", "pp", "dp", "metrics": [rows]}
+//   latest                 "step-<N>", replaced atomically once every rank has saved
+void write_file_atomically(const fs::path& path, const std::string& text) {
+  auto tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) throw Error(ErrorKind::Internal, cat("cannot write ", tmp.string()));
+  }
+  fs::rename(tmp, path);
+}
+
+void save_rank_state(const fs::path& file, Executor& executor) {
+  torch::serialize::OutputArchive archive;
+  auto params = executor.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) archive.write(cat("param/", i), params[i].detach());
+  torch::serialize::OutputArchive optimizer;
+  executor.optimizer().save(optimizer);
+  archive.write("optimizer", optimizer);
+  auto generator = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    archive.write("rng", generator.get_state());
+  }
+  auto tmp = file;
+  tmp += ".tmp";
+  archive.save_to(tmp.string());
+  fs::rename(tmp, file);
+}
+
+void load_rank_state(const fs::path& file, Executor& executor) {
+  if (!fs::exists(file))
+    throw Error(ErrorKind::NotFound, cat("--resume: checkpoint file ", file.string(), " does not exist"));
+  torch::serialize::InputArchive archive;
+  archive.load_from(file.string());
+  auto params = executor.parameters();
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor saved;
+    archive.read(cat("param/", i), saved);
+    if (saved.sizes() != params[i].sizes())
+      throw Error(ErrorKind::ParseError, cat(file.string(), ": parameter ", i, " has shape [",
+                                             join(saved.sizes(), ", "), "], the model [",
+                                             join(params[i].sizes(), ", "), "]"));
+    params[i].copy_(saved);
+  }
+  torch::serialize::InputArchive optimizer;
+  archive.read("optimizer", optimizer);
+  executor.optimizer().load(optimizer);
+  torch::Tensor rng;
+  archive.read("rng", rng);
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(rng);
+}
+
+std::optional<CheckpointMeta> load_checkpoint(const TrainOptions& o, const RankContext& c, Executor& executor) {
+  fs::path dir(o.checkpoint_dir);
+  auto latest = dir / "latest";
+  if (!fs::exists(latest)) return std::nullopt;
+  std::ifstream in(latest);
+  std::string name;
+  std::getline(in, name);
+  auto step_dir = dir / name;
+  std::ifstream meta_in(step_dir / "meta.json");
+  if (!meta_in)
+    throw Error(ErrorKind::NotFound, cat("--resume: ", (step_dir / "meta.json").string(), " does not exist"));
+  std::stringstream text;
+  text << meta_in.rdbuf();
+  auto where = (step_dir / "meta.json").string();
+  auto meta = checkpoint_meta_from_json(text.str(), where);
+  for (auto [key, saved, now] : {std::tuple<const char*, int, int>{"world_size", meta.world_size, c.world_size},
+                                 {"pp", meta.pp, c.pp},
+                                 {"dp", meta.dp, c.dp}}) {
+    if (saved != now)
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--resume: ", where, " was written with ", key, " ", saved, ", this run has ", now));
+  }
+  load_rank_state(step_dir / cat("rank-", c.rank, ".pt"), executor);
+  return meta;
+}
+
+void save_checkpoint(const TrainOptions& o, const RankContext& c, Executor& executor,
+                     const CheckpointMeta& meta, Millis timeout) {
+  fs::path dir(o.checkpoint_dir);
+  auto name = cat("step-", meta.next_step);
+  fs::create_directories(dir / name);
+  save_rank_state(dir / name / cat("rank-", c.rank, ".pt"), executor);
+  c.pipe->barrier(timeout);  // every rank's file is complete
+  if (c.rank == 0) {
+    auto saved = meta;
+    saved.world_size = c.world_size;
+    saved.pp = c.pp;
+    saved.dp = c.dp;
+    write_file_atomically(dir / name / "meta.json", checkpoint_meta_to_json(saved));
+    write_file_atomically(dir / "latest", name + "\n");
+  }
+  c.pipe->barrier(timeout);  // nobody runs ahead of a checkpoint that may not exist yet
+}
+
+// ---------------------------------------------------------------- per-step gathering
+
+constexpr int kFixedFields = 5;  // loss, has_loss, wall_ms, rss_peak, held_peak
+constexpr int kRowFields = kFixedFields + kNumInstructionOps;
+
+std::string op_label(int op) {
+  static const char* kNames[kNumInstructionOps] = {
+      "LoadInput", "Forward", "Backward", "BackwardInput", "BackwardWeight", "SendActivationStart",
+      "SendActivationFinish", "RecvActivationStart", "RecvActivationFinish", "SendGradStart",
+      "SendGradFinish", "RecvGradStart", "RecvGradFinish", "FreeBuffer", "ReduceGrads", "OptimizerStep"};
+  return kNames[op];
+}
+
+// Everyone contributes its row; the all-reduce (a sum over a zero matrix) gives rank 0
+// every rank's measurements. Also a step barrier.
+torch::Tensor gather_rows(const RankContext& c, const IterationResult& r, std::int64_t rss, Millis timeout) {
+  auto rows = torch::zeros({c.world_size, kRowFields}, torch::kFloat64);
+  auto row = rows[c.rank];
+  row[0] = r.loss;
+  row[1] = r.has_loss ? 1.0 : 0.0;
+  row[2] = r.wall_ms;
+  row[3] = static_cast<double>(rss);
+  row[4] = static_cast<double>(r.peak_held_bytes);
+  for (int op = 0; op < kNumInstructionOps; ++op) row[kFixedFields + op] = r.op_ms[op];
+  if (c.world_size > 1) {
+    std::vector<torch::Tensor> tensors{rows};
+    c.pipe->allreduce(tensors)->wait(timeout);
+    rows = tensors[0];
+  }
+  return rows;
+}
+
+StepMetrics step_metrics(std::int64_t step, const IterationPlan& plan, const torch::Tensor& rows) {
+  StepMetrics m;
+  m.step = step;
+  auto acc = rows.accessor<double, 2>();
+  double max_wall = 0, max_rss = 0, max_held = 0;
+  for (int r = 0; r < rows.size(0); ++r) {
+    m.loss += acc[r][0];
+    max_wall = std::max(max_wall, acc[r][2]);
+    max_rss = std::max(max_rss, acc[r][3]);
+    max_held = std::max(max_held, acc[r][4]);
+    for (int op = 0; op < kNumInstructionOps; ++op) {
+      double ms = acc[r][kFixedFields + op];
+      if (ms > 0) m.op_ms[op_label(op)] = std::max(m.op_ms[op_label(op)], ms);
+    }
+  }
+  for (const auto& replica : plan.replicas) {
+    for (const auto& mb : replica.microbatches) {
+      m.real_tokens += mb.real_tokens;
+      m.padded_tokens += mb.shape.tokens();
+    }
+    m.microbatches += static_cast<int>(replica.microbatches.size());
+    for (auto b : replica.est_peak_memory_bytes) m.est_peak_memory_bytes = std::max(m.est_peak_memory_bytes, b);
+    if (m.schedule.empty()) m.schedule = replica.schedule;
+  }
+  m.step_time_s = max_wall / 1000.0;
+  m.est_step_time_s = plan.est_iteration_ms / 1000.0;
+  m.tokens_per_s = m.step_time_s > 0 ? static_cast<double>(m.real_tokens) / m.step_time_s : 0;
+  m.planning_ms = plan.planning_ms;
+  m.peak_memory_bytes = static_cast<std::int64_t>(max_rss);
+  m.held_peak_bytes = static_cast<std::int64_t>(max_held);
+  return m;
+}
+
+// The program of `rank` in a decoded plan, checked against the job's shape.
+const ExecutorProgram& program_of(const IterationPlan& plan, const RankContext& c, std::int64_t step) {
+  auto where = cat("plan store: iteration ", step, ", rank ", c.rank, ": ");
+  if (static_cast<int>(plan.replicas.size()) != c.dp)
+    throw Error(ErrorKind::ParseError, cat(where, "plan must have ", c.dp, " replicas, got ", plan.replicas.size()));
+  const auto& replica = plan.replicas[c.rank / c.pp];
+  if (static_cast<int>(replica.executors.size()) != c.pp)
+    throw Error(ErrorKind::ParseError,
+                cat(where, "replica must have ", c.pp, " executors, got ", replica.executors.size()));
+  return replica.executors[c.rank % c.pp];
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- the loop
+
+TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const TrainHooks& hooks) {
+  DYNAPIPE_CHECK(c.pipe && c.store, "train_rank needs a communicator and a plan store");
+  auto comm_timeout = seconds_to_ms(options.comm_timeout_s);
+  auto store_timeout = seconds_to_ms(options.store_timeout_s);
+  try {
+    int device = c.rank % c.pp;
+    std::map<int, std::shared_ptr<StageModel>> stages;
+    for (int s = device; s < hooks.num_stages; s += c.pp) stages[s] = hooks.make_stage(s);
+    ExecutorConfig config{.rank = c.rank, .world_size = c.world_size, .pp = c.pp,
+                          .num_stages = hooks.num_stages, .comm_timeout = comm_timeout,
+                          .lr = options.lr, .weight_decay = options.weight_decay};
+    Executor executor(config, stages, *c.pipe, c.dp_group, hooks.collate);
+
+    CheckpointMeta progress_so_far;
+    if (options.resume) {
+      if (auto meta = load_checkpoint(options, c, executor)) {
+        progress_so_far = std::move(*meta);
+      } else if (c.rank == 0) {
+        std::fprintf(stderr, "--resume: no checkpoint in %s yet; starting at step 0\n",
+                     options.checkpoint_dir.c_str());
+      }
+    }
+    const std::int64_t first = progress_so_far.next_step;
+    std::vector<StepMetrics>& rows = progress_so_far.rows;
+
+    std::optional<PlanAhead> planners;
+    std::optional<MetricsFile> metrics;
+    std::optional<Progress> progress;
+    if (c.rank == 0) {
+      DYNAPIPE_CHECK(static_cast<bool>(hooks.produce_plan), "rank 0 needs a planner");
+      planners.emplace(*c.store, hooks.produce_plan, first, options.steps, options.plan_ahead,
+                       options.planner_threads);
+      if (!options.metrics_path.empty()) metrics.emplace(options.metrics_path, rows);
+      progress.emplace(options.steps, options.progress);
+    }
+    for (std::int64_t step = first; step < options.steps; ++step) {
+      std::string bytes;
+      if (planners) {
+        planners->advance(step);
+        planners->check();
+        try {
+          bytes = c.store->get(step, c.rank, store_timeout);
+        } catch (const Error&) {
+          planners->check();  // a planning error is the better message (and exit code)
+          throw;
+        }
+      } else {
+        bytes = c.store->get(step, c.rank, store_timeout);
+      }
+      IterationPlan plan = decode_plan(bytes, step, c.rank);
+      c.store->release(step, c.world_size);
+      const auto& program = program_of(plan, c, step);
+      double target_tokens = 0;
+      for (const auto& r : plan.replicas)
+        for (const auto& mb : r.microbatches) target_tokens += static_cast<double>(mb.target_tokens);
+      reset_peak_rss();
+      auto result = executor.run({.iteration = step,
+                                  .replica = &plan.replicas[c.rank / c.pp],
+                                  .program = &program,
+                                  .loss_scale = target_tokens > 0 ? 1.0 / target_tokens : 0.0});
+      auto gathered = gather_rows(c, result, peak_rss_bytes(), comm_timeout);
+      if (c.rank == 0) {
+        auto m = step_metrics(step, plan, gathered);
+        rows.push_back(m);
+        if (metrics) metrics->append(m);
+        progress->update(m);
+      }
+      bool last = step + 1 == options.steps;
+      if (!options.checkpoint_dir.empty() &&
+          ((options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0) || last)) {
+        progress_so_far.next_step = step + 1;
+        save_checkpoint(options, c, executor, progress_so_far, comm_timeout);
+      }
+    }
+    if (c.rank == 0) {
+      progress->done();
+      if (metrics) metrics->finish(rows);
+      return summarize_steps(rows);
+    }
+    return {};
+  } catch (const std::exception& e) {
+    try {
+      c.store->report_failure(cat("rank ", c.rank, ": ", e.what()));
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+// ---------------------------------------------------------------- processes
+
+void TrainOptions::validate() const {
+  auto bad = [](const std::string& flag, const std::string& expected, const auto& got) {
+    throw Error(ErrorKind::InvalidArgument, cat(flag, " must be ", expected, ", got ", got));
+  };
+  if (steps < 1) bad("--steps", ">= 1", steps);
+  if (threads_per_rank < 1) bad("--threads-per-rank", ">= 1", threads_per_rank);
+  if (plan_ahead < 1) bad("--plan-ahead", ">= 1", plan_ahead);
+  if (planner_threads < 1) bad("--planner-threads", ">= 1", planner_threads);
+  if (!(dropout >= 0 && dropout < 1)) bad("--dropout", "in [0, 1)", dropout);
+  if (!(lr > 0)) bad("--lr", "> 0", lr);
+  if (!(weight_decay >= 0)) bad("--weight-decay", ">= 0", weight_decay);
+  if (!(comm_timeout_s > 0)) bad("--comm-timeout", "> 0 seconds", comm_timeout_s);
+  if (!(store_timeout_s > 0)) bad("--store-timeout", "> 0 seconds", store_timeout_s);
+  if (checkpoint_every < 0) bad("--checkpoint-every", ">= 0", checkpoint_every);
+  if (resume && checkpoint_dir.empty()) bad("--resume", "used with --checkpoint-dir", "none");
+  if (plan.pp < 1) bad("--pp", ">= 1", plan.pp);
+  if (plan.dp < 1) bad("--dp", ">= 1", plan.dp);
+}
+
+TrainSummary run_rank_process(const TrainOptions& options, const DistributedEnv& env,
+                              const HooksFactory& make_hooks) {
+  int world = options.plan.pp * options.plan.dp;
+  if (env.world_size != world)
+    throw Error(ErrorKind::InvalidArgument,
+                cat("WORLD_SIZE must be --pp x --dp = ", world, ", got ", env.world_size));
+  at::set_num_threads(options.threads_per_rank);
+  auto store_timeout = seconds_to_ms(options.store_timeout_s);
+  auto comm_timeout = seconds_to_ms(options.comm_timeout_s);
+  std::string run_id = options.run_id;
+  if (run_id.empty()) {
+    const char* id = std::getenv("DYNAPIPE_RUN_ID");
+    run_id = id && *id ? id : cat("run-", env.master_port);
+  }
+  auto store = make_tcp_store(env.master_addr, env.master_port, env.rank == 0, store_timeout);
+  std::shared_ptr<KeyValue> kv = key_value_over(store);
+  auto plan_store = open_plan_store({.url = options.plan_store,
+                                     .password = options.plan_store_password,
+                                     .run_id = run_id,
+                                     .timeout = store_timeout,
+                                     .embedded = kv});
+  if (env.rank == 0) plan_store->clear_failure();
+  bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+  std::string hostname = loopback ? "127.0.0.1" : "";
+  std::unique_ptr<Communicator> pipe, dp_group;
+  if (world > 1) pipe = make_gloo_communicator(store, run_id + "/pipe", env.rank, world, comm_timeout, hostname);
+  else pipe = std::move(make_local_communicators(1)[0]);
+  int pp = options.plan.pp;
+  if (options.plan.dp > 1)
+    dp_group = make_gloo_communicator(store, cat(run_id, "/dp", env.rank % pp), env.rank / pp, options.plan.dp,
+                                      comm_timeout, hostname);
+  auto hooks = make_hooks(options, env.rank);
+  RankContext context{.rank = env.rank, .world_size = world, .pp = pp, .dp = options.plan.dp,
+                      .pipe = pipe.get(), .dp_group = dp_group.get(), .store = plan_store.get()};
+  return train_rank(options, context, hooks);
+}
+
+TrainSummary run_training(const TrainOptions& options) {
+  options.validate();
+  if (auto env = distributed_env_from_environment()) {
+    auto summary = run_rank_process(options, *env, make_default_hooks);
+    const char* launched = std::getenv("DYNAPIPE_LAUNCHED");
+    summary.is_reporter = env->rank == 0 && !(launched && std::string(launched) == "1");
+    if (env->rank == 0) {
+      if (const char* file = std::getenv("DYNAPIPE_SUMMARY_FILE"); file && *file)
+        write_file_atomically(file, summary_to_json(summary));
+    }
+    return summary;
+  }
+  int world = options.plan.pp * options.plan.dp;
+  if (world == 1) {
+    // Nothing to launch: this process is the job.
+    auto summary = run_rank_process(options, DistributedEnv{.rank = 0, .world_size = 1, .master_port = pick_free_port()},
+                                    make_default_hooks);
+    summary.is_reporter = true;
+    return summary;
+  }
+  if (options.worker_command.empty())
+    throw Error(ErrorKind::InvalidArgument, "run_training: worker_command must name the program that starts a rank");
+  auto summary_file = fs::temp_directory_path() / cat("dynapipe-summary-", ::getpid(), ".json");
+  fs::remove(summary_file);
+  bool tty = ::isatty(2);
+  launch_local({.command = options.worker_command,
+                .world_size = world,
+                .env = {{"DYNAPIPE_SUMMARY_FILE", summary_file.string()},
+                        {"DYNAPIPE_RUN_ID", cat("run-", ::getpid(), "-", Clock::now().time_since_epoch().count())},
+                        {"DYNAPIPE_STDERR_TTY", tty ? "1" : "0"},
+                        {"DYNAPIPE_LAUNCHED", "1"}},
+                .kill_grace = seconds_to_ms(options.kill_grace_s)});
+  std::ifstream in(summary_file);
+  if (!in) throw Error(ErrorKind::Internal, cat("rank 0 wrote no summary to ", summary_file.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  fs::remove(summary_file);
+  auto summary = summary_from_json(text.str());
+  summary.is_reporter = true;
+  return summary;
+}
+
+}  // namespace dynapipe::runtime

@@ -1,0 +1,55 @@
+// The training loop of one rank, with its collaborators injected (so tests run ranks as
+// threads with fake models, a fake planner, local communicators and an in-memory store),
+// plus checkpoints. Private to runtime/ (includes torch).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "dynapipe/runtime/launcher.h"
+#include "dynapipe/runtime/plan_store.h"
+#include "dynapipe/runtime/train.h"
+#include "runtime/exec/communicator.h"
+#include "runtime/exec/executor.h"
+#include "runtime/stage_model.h"
+
+namespace dynapipe::runtime {
+
+struct TrainHooks {
+  int num_stages = 1;  // virtual stages of the pipeline (pp x chunks)
+  // Rank 0 only: plans iteration i (its global batch is data position i, cycling) and
+  // encodes it for the store. Called from planning worker threads: must be thread-safe.
+  std::function<std::string(std::int64_t iteration)> produce_plan;
+  // Builds the model of one virtual stage (same parameters whatever the process).
+  std::function<std::shared_ptr<StageModel>(int stage)> make_stage;
+  CollateFn collate;  // this rank's micro-batch tensors
+};
+
+struct RankContext {
+  int rank = 0;
+  int world_size = 1;
+  int pp = 1;
+  int dp = 1;
+  Communicator* pipe = nullptr;      // all ranks; peers are global ranks
+  Communicator* dp_group = nullptr;  // this device's replicas; nullptr when dp == 1
+  PlanStore* store = nullptr;
+};
+
+// Runs steps [start, options.steps) where start is 0 or the checkpoint's step. On rank 0
+// returns the run's summary (restored steps included) and writes metrics; other ranks
+// return an empty summary. On failure reports it to the plan store, then rethrows.
+TrainSummary train_rank(const TrainOptions& options, const RankContext& context, const TrainHooks& hooks);
+
+// One rank's process: hosts (rank 0) or joins the TCPStore at MASTER_ADDR:MASTER_PORT,
+// opens the plan store, connects the Gloo groups, builds the hooks, runs train_rank.
+using HooksFactory = std::function<TrainHooks(const TrainOptions&, int rank)>;
+TrainSummary run_rank_process(const TrainOptions& options, const DistributedEnv& env,
+                              const HooksFactory& make_hooks);
+
+// Hooks of the real system: data/ global batches, planner/ Planner, the GPT/T5 stage
+// models and collate of runtime/model/. (default_hooks.cpp)
+TrainHooks make_default_hooks(const TrainOptions& options, int rank);
+
+}  // namespace dynapipe::runtime

@@ -1,0 +1,30 @@
+// Private to schedule/: the order builders behind the Schedule registry. Each takes a
+// validated problem whose layout it supports (the registry checks) and returns the
+// per-device op order; micro-batches are injected in id order.
+#pragma once
+
+#include "dynapipe/schedule/pipeline.h"
+
+namespace dynapipe::detail {
+
+// All forwards in (mb, stage) order, then all backwards in (mb desc, stage desc) order.
+// Any layout.
+ScheduleOrder build_gpipe(const PipelineProblem& problem);
+
+// Megatron non-interleaved 1F1B: device d warms up with min(D - d - 1, m) forwards.
+// layout.chunks == 1.
+ScheduleOrder build_1f1b(const PipelineProblem& problem);
+
+// Megatron interleaved 1F1B. layout.chunks >= 2.
+ScheduleOrder build_interleaved(const PipelineProblem& problem);
+
+// DynaPipe's cyclic schedule with memory-aware injection. With `barriers` the order
+// carries op_cycle (the "cyclic" schedule); without, it is "wait-free-cyclic".
+// Any layout.
+ScheduleOrder build_cyclic(const PipelineProblem& problem, bool barriers);
+
+// Zero-bubble ZB-H1-like greedy list schedule with split backward (I, W).
+// layout.chunks == 1.
+ScheduleOrder build_zb1p(const PipelineProblem& problem);
+
+}  // namespace dynapipe::detail

@@ -1,0 +1,89 @@
+#include "dynapipe/schedule/pipeline.h"
+
+#include "dynapipe/core/error.h"
+
+namespace dynapipe {
+
+char op_kind_letter(OpKind kind) {
+  switch (kind) {
+    case OpKind::F: return 'F';
+    case OpKind::B: return 'B';
+    case OpKind::I: return 'I';
+    case OpKind::W: return 'W';
+  }
+  return '?';
+}
+
+std::string op_name(const PipelineOp& op) {
+  return cat(op_kind_letter(op.kind), "(mb ", op.mb, ", stage ", op.stage, ")");
+}
+
+double PipelineProblem::p2p_ms(std::int64_t bytes) const {
+  if (link_bandwidth_gbs <= 0) return 0;
+  // GB/s = 1e9 bytes per second = 1e6 bytes per millisecond.
+  return link_latency_ms + static_cast<double>(bytes) / (link_bandwidth_gbs * 1e6);
+}
+
+double PipelineProblem::op_ms(const PipelineOp& op) const {
+  const StageCost& c = costs[op.mb][op.stage];
+  switch (op.kind) {
+    case OpKind::F: return c.fwd_ms;
+    case OpKind::B: return c.bwd_ms;
+    case OpKind::I: return c.bwd_input_ms;
+    case OpKind::W: return c.bwd_weight_ms;
+  }
+  return 0;
+}
+
+void PipelineProblem::validate() const {
+  constexpr const char* kWhere = "pipeline problem";
+  if (layout.num_devices < 1) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat(kWhere, ": layout.num_devices must be >= 1, got ", layout.num_devices));
+  }
+  if (layout.chunks < 1) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat(kWhere, ": layout.chunks must be >= 1, got ", layout.chunks));
+  }
+  if (static_cast<int>(static_bytes.size()) != layout.num_devices) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat(kWhere, ": static_bytes must have one entry per device (",
+                    layout.num_devices, "), got ", static_bytes.size()));
+  }
+  for (std::size_t d = 0; d < static_bytes.size(); ++d) {
+    if (static_bytes[d] < 0) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat(kWhere, ": static_bytes[", d, "] must be >= 0, got ", static_bytes[d]));
+    }
+  }
+  if (memory_limit_bytes < 0 || link_latency_ms < 0 || link_bandwidth_gbs < 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat(kWhere, ": memory_limit_bytes, link_latency_ms and link_bandwidth_gbs must be "
+                            ">= 0, got ",
+                    memory_limit_bytes, ", ", link_latency_ms, ", ", link_bandwidth_gbs));
+  }
+  const int stages = num_stages();
+  for (std::size_t mb = 0; mb < costs.size(); ++mb) {
+    if (static_cast<int>(costs[mb].size()) != stages) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat(kWhere, ": costs[", mb, "] must have one entry per virtual stage (", stages,
+                      "), got ", costs[mb].size()));
+    }
+    for (int s = 0; s < stages; ++s) {
+      const StageCost& c = costs[mb][s];
+      // `!(x >= 0)` also rejects NaN.
+      if (!(c.fwd_ms >= 0) || !(c.bwd_ms >= 0) || !(c.bwd_input_ms >= 0) ||
+          !(c.bwd_weight_ms >= 0) || c.stored_bytes < 0 || c.peak_bytes < 0 ||
+          c.output_bytes < 0) {
+        throw Error(ErrorKind::InvalidArgument,
+                    cat(kWhere, ": costs[", mb, "][", s,
+                        "] must have non-negative times and bytes, got fwd_ms ", c.fwd_ms,
+                        ", bwd_ms ", c.bwd_ms, ", bwd_input_ms ", c.bwd_input_ms,
+                        ", bwd_weight_ms ", c.bwd_weight_ms, ", stored_bytes ", c.stored_bytes,
+                        ", peak_bytes ", c.peak_bytes, ", output_bytes ", c.output_bytes));
+      }
+    }
+  }
+}
+
+}  // namespace dynapipe

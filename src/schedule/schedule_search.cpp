@@ -1,0 +1,319 @@
+#include "dynapipe/schedule/schedule_search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/rng.h"
+#include "dynapipe/core/units.h"
+#include "dynapipe/schedule/schedule.h"
+#include "dynapipe/schedule/simulator.h"
+
+namespace dynapipe {
+namespace {
+
+constexpr Recompute kRecomputeModes[] = {Recompute::None, Recompute::Selective, Recompute::Full};
+
+// "40", "41.2": a GiB count for messages, trailing zeros dropped (core's format_gib
+// always prints one decimal).
+std::string gib_text(double gib, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, gib);
+  std::string text = buffer;
+  // "40.0" -> "40": limits are usually whole GiB.
+  if (text.find('.') != std::string::npos) {
+    while (text.back() == '0') text.pop_back();
+    if (text.back() == '.') text.pop_back();
+  }
+  return text;
+}
+
+// The micro-batch orders tried for one candidate, identity first, without repeats:
+// as given; longest first (Σ over stages of fwd + bwd); every order of k clusters
+// (quantiles of the longest-first order, ids ascending inside a cluster; k = 3 for more
+// than 20 micro-batches, else 4; all m! orders when m <= k), as the reference's
+// cluster-permutation search does with k-means; then seeded random shuffles.
+std::vector<std::vector<int>> micro_batch_orders(const PipelineProblem& problem, bool permute,
+                                                 const SearchOptions& options) {
+  const int m = problem.num_microbatches();
+  std::vector<std::vector<int>> orders;
+  std::vector<int> identity(m);
+  std::iota(identity.begin(), identity.end(), 0);
+  auto add = [&](std::vector<int> order) {
+    if (static_cast<int>(orders.size()) >= options.max_orders) return;
+    if (std::find(orders.begin(), orders.end(), order) == orders.end()) {
+      orders.push_back(std::move(order));
+    }
+  };
+  add(identity);
+  if (!permute || m < 2) return orders;
+
+  std::vector<double> total(m, 0.0);
+  for (int mb = 0; mb < m; ++mb) {
+    for (const StageCost& c : problem.costs[mb]) total[mb] += c.fwd_ms + c.bwd_ms;
+  }
+  std::vector<int> longest = identity;
+  std::stable_sort(longest.begin(), longest.end(),
+                   [&](int a, int b) { return total[a] > total[b]; });
+  add(longest);
+
+  const int k = m > 20 ? 3 : 4;
+  if (m <= k) {
+    std::vector<int> order = identity;
+    while (std::next_permutation(order.begin(), order.end())) add(order);
+  } else {
+    std::vector<std::vector<int>> clusters(k);
+    for (int i = 0; i < m; ++i) clusters[static_cast<std::size_t>(i) * k / m].push_back(longest[i]);
+    for (auto& cluster : clusters) std::sort(cluster.begin(), cluster.end());
+    std::vector<int> cluster_order(k);
+    std::iota(cluster_order.begin(), cluster_order.end(), 0);
+    do {
+      std::vector<int> order;
+      order.reserve(m);
+      for (int c : cluster_order) order.insert(order.end(), clusters[c].begin(), clusters[c].end());
+      add(std::move(order));
+    } while (std::next_permutation(cluster_order.begin(), cluster_order.end()));
+  }
+
+  Rng rng(options.seed);
+  for (int r = 0; r < options.random_orders; ++r) {
+    std::vector<int> order = identity;
+    std::shuffle(order.begin(), order.end(), rng.engine());
+    add(std::move(order));
+  }
+  return orders;
+}
+
+// The smallest memory violation seen, for the Infeasible message.
+struct Violation {
+  std::int64_t excess_bytes = 0;
+  std::int64_t peak_bytes = 0;
+  int mb = 0;  // original id
+  int stage = 0;
+  int candidate = 0;
+};
+
+}  // namespace
+
+void SearchOptions::validate() const {
+  if (random_orders < 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("search options: random_orders must be >= 0, got ", random_orders));
+  }
+  if (max_orders < 1) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("search options: max_orders must be >= 1, got ", max_orders));
+  }
+}
+
+SearchResult search_schedule(std::span<const SearchCandidate> candidates,
+                             const SearchOptions& options) {
+  options.validate();
+  if (candidates.empty()) {
+    throw Error(ErrorKind::InvalidArgument,
+                "schedule search: candidates must not be empty, got none");
+  }
+  std::map<std::string, std::unique_ptr<Schedule>, std::less<>> schedules;
+  Simulator simulator;
+  SimResult scratch;
+  SearchResult result;
+  std::optional<Violation> smallest;
+  bool any_applies = false;
+  double best_ms = 0;
+  int best = -1;
+  std::vector<int> best_order;
+  ScheduleOrder best_schedule;
+
+  for (int ci = 0; ci < static_cast<int>(candidates.size()); ++ci) {
+    const SearchCandidate& candidate = candidates[ci];
+    candidate.problem.validate();
+    auto it = schedules.find(candidate.schedule);
+    if (it == schedules.end()) {
+      it = schedules.emplace(candidate.schedule, make_schedule(candidate.schedule)).first;
+    }
+    const Schedule& schedule = *it->second;
+    // No order of this candidate can beat the best so far (ties keep the earlier one).
+    if (best >= 0 && makespan_lower_bound_ms(candidate.problem) >= best_ms) {
+      ++result.pruned;
+      continue;
+    }
+    const std::string label =
+        cat(candidate.schedule, ", recompute ", recompute_name(candidate.recompute));
+    const bool permute = options.permute && (schedule.adaptive() || options.permute_fixed);
+    const std::vector<std::vector<int>> orders =
+        micro_batch_orders(candidate.problem, permute, options);
+
+    PipelineProblem permuted = candidate.problem;
+    bool fitted = false;
+    std::int64_t candidate_excess = -1;
+    for (const std::vector<int>& mb_order : orders) {
+      for (std::size_t i = 0; i < mb_order.size(); ++i) {
+        permuted.costs[i] = candidate.problem.costs[mb_order[i]];
+      }
+      std::string why_not;
+      std::optional<ScheduleOrder> order = schedule.build(permuted, &why_not);
+      if (!order) {
+        result.rejected.push_back(cat(label, ": ", why_not));
+        break;
+      }
+      any_applies = true;
+      simulator.run(permuted, *order, SimOptions{.record = false}, &scratch);
+      ++result.simulations;
+      if (!scratch.fits_memory) {
+        for (int d = 0; d < permuted.layout.num_devices; ++d) {
+          const std::int64_t excess = scratch.peak_memory_bytes[d] - permuted.memory_limit_bytes;
+          if (excess <= 0) continue;
+          if (candidate_excess < 0 || excess < candidate_excess) candidate_excess = excess;
+          if (!smallest || excess < smallest->excess_bytes) {
+            smallest = Violation{excess, scratch.peak_memory_bytes[d],
+                                 mb_order[scratch.peak_op[d].mb], scratch.peak_op[d].stage, ci};
+          }
+        }
+        continue;
+      }
+      fitted = true;
+      if (best < 0 || scratch.makespan_ms < best_ms) {
+        best = ci;
+        best_ms = scratch.makespan_ms;
+        best_order = mb_order;
+        best_schedule = std::move(*order);
+      }
+    }
+    if (!fitted && candidate_excess >= 0) {
+      result.rejected.push_back(cat(label, ": needs ", gib_text(bytes_to_gib(candidate_excess), 3),
+                                    " GiB more than the memory limit"));
+    }
+  }
+
+  if (best < 0) {
+    if (!any_applies) {
+      throw Error(ErrorKind::Unsupported,
+                  cat("schedule search: no candidate schedule applies: ",
+                      join(result.rejected, "; ")));
+    }
+    DYNAPIPE_CHECK(smallest.has_value(), "schedule search: nothing fits but no violation recorded");
+    const SearchCandidate& worst = candidates[smallest->candidate];
+    const double limit_gib = bytes_to_gib(worst.problem.memory_limit_bytes);
+    const double need_gib = bytes_to_gib(smallest->peak_bytes);
+    // One decimal unless that would print the need as the limit itself.
+    const int decimals = need_gib - limit_gib < 0.1 ? 3 : 1;
+    throw Error(ErrorKind::Infeasible,
+                cat("--memory-limit ", gib_text(limit_gib, 3), " GiB: no schedule fits; micro-batch ",
+                    smallest->mb, " needs ", gib_text(need_gib, decimals), " GiB on stage ",
+                    smallest->stage, " (schedule ", worst.schedule, ", recompute ",
+                    recompute_name(worst.recompute), ")"));
+  }
+
+  // Speak the original micro-batch ids, then record the winner's timeline.
+  const SearchCandidate& winner = candidates[best];
+  for (auto& ops : best_schedule.device_ops) {
+    for (PipelineOp& op : ops) op.mb = best_order[op.mb];
+  }
+  simulator.run(winner.problem, best_schedule, SimOptions{.record = true}, &result.sim);
+  ++result.simulations;
+  DYNAPIPE_CHECK(std::abs(result.sim.makespan_ms - best_ms) <= 1e-9 * std::max(1.0, best_ms),
+                 cat("schedule search: relabelled order simulates to ", result.sim.makespan_ms,
+                     " ms, expected ", best_ms, " ms"));
+  result.schedule = winner.schedule;
+  result.recompute = winner.recompute;
+  result.candidate = best;
+  result.mb_order = std::move(best_order);
+  result.order = std::move(best_schedule);
+  return result;
+}
+
+PipelineProblem make_pipeline_problem(const CostModel& model,
+                                      std::span<const MicroBatch> microbatches,
+                                      Recompute recompute, const PipelineLayout& layout,
+                                      std::int64_t memory_limit_bytes) {
+  if (model.num_stages() != layout.num_stages()) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("pipeline problem: the cost model's stages must equal layout.num_stages() (",
+                    layout.num_stages(), "), got ", model.num_stages()));
+  }
+  PipelineProblem problem;
+  problem.layout = layout;
+  problem.memory_limit_bytes = memory_limit_bytes;
+  problem.link_latency_ms = model.device().link_latency_ms;
+  problem.link_bandwidth_gbs = model.device().link_bandwidth_gbs;
+  problem.static_bytes.assign(layout.num_devices, 0);
+  for (int s = 0; s < layout.num_stages(); ++s) {
+    problem.static_bytes[layout.device_of(s)] += model.static_bytes(s);
+  }
+  problem.costs.resize(microbatches.size());
+  for (std::size_t i = 0; i < microbatches.size(); ++i) {
+    const MicroBatch& mb = microbatches[i];
+    if (mb.id != static_cast<int>(i)) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("pipeline problem: micro-batch ", i, " must have id ", i, ", got ", mb.id));
+    }
+    problem.costs[i].reserve(layout.num_stages());
+    for (int s = 0; s < layout.num_stages(); ++s) {
+      problem.costs[i].push_back(model.stage_cost(s, mb.shape, mb.density, recompute));
+    }
+  }
+  problem.validate();
+  return problem;
+}
+
+std::vector<SearchCandidate> make_search_candidates(std::string_view schedule,
+                                                    const CostModel& model,
+                                                    const CostModel* interleaved_model,
+                                                    std::span<const MicroBatch> microbatches,
+                                                    int num_devices,
+                                                    std::int64_t memory_limit_bytes) {
+  if (num_devices < 1) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("schedule candidates: num_devices must be >= 1, got ", num_devices));
+  }
+  const bool everything = schedule == "auto";
+  std::vector<std::string> names;
+  if (everything) {
+    names = schedule_names();
+  } else {
+    make_schedule(schedule);  // throws for an unknown name
+    names.emplace_back(schedule);
+  }
+  int chunks = 0;
+  if (interleaved_model != nullptr) {
+    chunks = interleaved_model->num_stages() / num_devices;
+    if (chunks < 2 || chunks * num_devices != interleaved_model->num_stages()) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("schedule candidates: the interleaved cost model's stages must be a "
+                      "multiple >= 2 of the ", num_devices, " devices, got ",
+                      interleaved_model->num_stages()));
+    }
+  }
+  std::vector<SearchCandidate> candidates;
+  for (Recompute recompute : kRecomputeModes) {
+    std::optional<PipelineProblem> plain, interleaved;
+    for (const std::string& name : names) {
+      if (make_schedule(name)->needs_virtual_stages()) {
+        if (interleaved_model == nullptr) {
+          if (everything) continue;
+          throw Error(ErrorKind::InvalidArgument,
+                      "--schedule interleaved needs virtual stages (chunks >= 2), got none");
+        }
+        if (!interleaved) {
+          interleaved = make_pipeline_problem(*interleaved_model, microbatches, recompute,
+                                              {num_devices, chunks}, memory_limit_bytes);
+        }
+        candidates.push_back({name, recompute, *interleaved});
+      } else {
+        if (!plain) {
+          plain = make_pipeline_problem(model, microbatches, recompute, {num_devices, 1},
+                                        memory_limit_bytes);
+        }
+        candidates.push_back({name, recompute, *plain});
+      }
+    }
+  }
+  return candidates;
+}
+
+}  // namespace dynapipe

@@ -1,0 +1,358 @@
+#include "dynapipe/schedule/simulator.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "dynapipe/core/error.h"
+
+namespace dynapipe {
+namespace {
+
+constexpr double kNotRun = -1.0;
+
+bool is_backward(OpKind kind) { return kind == OpKind::B || kind == OpKind::I; }
+
+int kind_index(OpKind kind) { return static_cast<int>(kind); }
+
+}  // namespace
+
+void Simulator::check_order(const PipelineProblem& problem, const ScheduleOrder& order) {
+  const int num_devices = problem.layout.num_devices;
+  const int stages = problem.num_stages();
+  const int m = problem.num_microbatches();
+  if (static_cast<int>(order.device_ops.size()) != num_devices) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("simulate: order must have one op list per device (", num_devices, "), got ",
+                    order.device_ops.size()));
+  }
+  const bool barriers = !order.op_cycle.empty();
+  if (barriers && order.op_cycle.size() != order.device_ops.size()) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("simulate: op_cycle must be empty or have one list per device (", num_devices,
+                    "), got ", order.op_cycle.size()));
+  }
+  seen_.assign(static_cast<std::size_t>(m) * stages * 4, 0);
+  for (int d = 0; d < num_devices; ++d) {
+    const auto& ops = order.device_ops[d];
+    if (barriers && order.op_cycle[d].size() != ops.size()) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("simulate: op_cycle[", d, "] must have one entry per op (", ops.size(),
+                      "), got ", order.op_cycle[d].size()));
+    }
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const PipelineOp& op = ops[i];
+      if (op.mb < 0 || op.mb >= m || op.stage < 0 || op.stage >= stages ||
+          kind_index(op.kind) > 3) {
+        throw Error(ErrorKind::InvalidArgument,
+                    cat("simulate: device ", d, " op ", i, " must have mb in [0, ", m,
+                        "), stage in [0, ", stages, ") and kind F/B/I/W, got mb ", op.mb,
+                        ", stage ", op.stage, ", kind ", kind_index(op.kind)));
+      }
+      if (problem.layout.device_of(op.stage) != d) {
+        throw Error(ErrorKind::InvalidArgument,
+                    cat("simulate: ", op_name(op), " must be on device ",
+                        problem.layout.device_of(op.stage), ", got device ", d));
+      }
+      if (barriers && order.op_cycle[d][i] < 0) {
+        throw Error(ErrorKind::InvalidArgument,
+                    cat("simulate: op_cycle[", d, "][", i, "] must be >= 0, got ",
+                        order.op_cycle[d][i]));
+      }
+      std::uint8_t& slot =
+          seen_[(static_cast<std::size_t>(op.mb) * stages + op.stage) * 4 + kind_index(op.kind)];
+      if (slot) {
+        throw Error(ErrorKind::InvalidArgument,
+                    cat("simulate: ", op_name(op), " must appear once, got it twice"));
+      }
+      slot = 1;
+    }
+  }
+  for (int mb = 0; mb < m; ++mb) {
+    for (int s = 0; s < stages; ++s) {
+      const std::uint8_t* k = &seen_[(static_cast<std::size_t>(mb) * stages + s) * 4];
+      const bool has_f = k[0], has_b = k[1], has_i = k[2], has_w = k[3];
+      if (!has_f || has_b == (has_i || has_w) || has_i != has_w) {
+        throw Error(ErrorKind::InvalidArgument,
+                    cat("simulate: micro-batch ", mb, " on stage ", s,
+                        " must have F and either B or both I and W, got",
+                        has_f ? " F" : "", has_b ? " B" : "", has_i ? " I" : "",
+                        has_w ? " W" : "", (has_f || has_b || has_i || has_w) ? "" : " nothing"));
+      }
+    }
+  }
+}
+
+void Simulator::compute_memory(const PipelineProblem& problem, const ScheduleOrder& order,
+                               SimResult* result) const {
+  const int num_devices = problem.layout.num_devices;
+  result->peak_memory_bytes.assign(num_devices, 0);
+  result->peak_op.assign(num_devices, PipelineOp{});
+  result->fits_memory = true;
+  for (int d = 0; d < num_devices; ++d) {
+    std::int64_t current = problem.static_bytes[d];
+    std::int64_t peak = current;
+    PipelineOp peak_op{};
+    for (const PipelineOp& op : order.device_ops[d]) {
+      const StageCost& c = problem.costs[op.mb][op.stage];
+      const std::int64_t during = current + (op.kind == OpKind::F ? c.stored_bytes : 0) +
+                                  c.peak_bytes;
+      if (during > peak) {
+        peak = during;
+        peak_op = op;
+      }
+      if (op.kind == OpKind::F) current += c.stored_bytes;
+      if (op.kind == OpKind::B || op.kind == OpKind::W) current -= c.stored_bytes;
+    }
+    result->peak_memory_bytes[d] = peak;
+    result->peak_op[d] = peak_op;
+    if (problem.memory_limit_bytes > 0 && peak > problem.memory_limit_bytes) {
+      result->fits_memory = false;
+    }
+  }
+}
+
+void Simulator::throw_blocked(const PipelineProblem& problem, const ScheduleOrder& order) const {
+  const int stages = problem.num_stages();
+  std::vector<std::string> blocked;
+  for (int d = 0; d < problem.layout.num_devices; ++d) {
+    const std::size_t i = next_[d];
+    if (i >= order.device_ops[d].size()) continue;
+    const PipelineOp& op = order.device_ops[d][i];
+    const std::size_t k = static_cast<std::size_t>(op.mb) * stages + op.stage;
+    std::string waits;
+    if (op.kind == OpKind::F) {
+      if (op.stage > 0 && fwd_end_[k - 1] < 0) waits = op_name({op.mb, op.stage - 1, OpKind::F});
+    } else if (op.kind == OpKind::W) {
+      if (bwd_end_[k] < 0) waits = op_name({op.mb, op.stage, OpKind::I});
+    } else if (fwd_end_[k] < 0) {
+      waits = op_name({op.mb, op.stage, OpKind::F});
+    } else if (op.stage + 1 < stages && bwd_end_[k + 1] < 0) {
+      waits = cat("the backward (B or I) of micro-batch ", op.mb, " on stage ", op.stage + 1);
+    }
+    if (waits.empty()) waits = cat("the end of cycle ", order.op_cycle[d][i] - 1);
+    blocked.push_back(cat("device ", d, " at ", op_name(op), " waits for ", waits));
+  }
+  throw Error(ErrorKind::InvalidArgument,
+              cat("simulate: the order must be able to complete, got a deadlock: ",
+                  join(blocked, "; ")));
+}
+
+void Simulator::run(const PipelineProblem& problem, const ScheduleOrder& order,
+                    const SimOptions& options, SimResult* result) {
+  problem.validate();
+  check_order(problem, order);
+
+  const int num_devices = problem.layout.num_devices;
+  const int stages = problem.num_stages();
+  const std::size_t cells = static_cast<std::size_t>(problem.num_microbatches()) * stages;
+  fwd_end_.assign(cells, kNotRun);
+  act_arrive_.assign(cells, kNotRun);
+  bwd_end_.assign(cells, kNotRun);
+  grad_arrive_.assign(cells, kNotRun);
+  device_free_.assign(num_devices, 0.0);
+  link_free_.assign(static_cast<std::size_t>(num_devices) * num_devices, 0.0);
+  next_.assign(num_devices, 0);
+  queued_.assign(num_devices, 1);
+  worklist_.resize(num_devices);
+  for (int d = 0; d < num_devices; ++d) worklist_[d] = num_devices - 1 - d;
+
+  const bool barriers = !order.op_cycle.empty();
+  std::size_t done_cycles = 0;  // cycles [0, done_cycles) have all ended
+  if (barriers) {
+    int num_cycles = 0;
+    for (const auto& cycles : order.op_cycle) {
+      for (int c : cycles) num_cycles = std::max(num_cycles, c + 1);
+    }
+    cycle_left_.assign(num_cycles, 0);
+    cycle_end_.assign(num_cycles, 0.0);
+    barrier_ms_.assign(num_cycles + 1, 0.0);
+    for (const auto& cycles : order.op_cycle) {
+      for (int c : cycles) ++cycle_left_[c];
+    }
+    while (done_cycles < cycle_left_.size() && cycle_left_[done_cycles] == 0) ++done_cycles;
+  }
+
+  std::size_t total_ops = 0;
+  for (const auto& ops : order.device_ops) total_ops += ops.size();
+  result->timeline.clear();
+  result->transfers.clear();
+  if (options.record) result->timeline.reserve(total_ops);
+  result->busy_ms.assign(num_devices, 0.0);
+  double makespan = 0;
+
+  auto wake = [&](int device) {
+    if (!queued_[device]) {
+      queued_[device] = 1;
+      worklist_.push_back(device);
+    }
+  };
+  // Sends a message produced at `send_ms` by (mb, from_stage) on `from` to `to_stage`;
+  // returns its arrival time.
+  auto send = [&](int from, int mb, int from_stage, int to_stage, std::int64_t bytes,
+                  double send_ms, bool is_grad) {
+    const int to = problem.layout.device_of(to_stage);
+    if (to == from) return send_ms;
+    double& link = link_free_[static_cast<std::size_t>(from) * num_devices + to];
+    const double arrive = std::max(send_ms, link) + problem.p2p_ms(bytes);
+    link = arrive;
+    if (options.record) {
+      result->transfers.push_back(
+          Transfer{mb, from_stage, to_stage, from, to, is_grad, bytes, send_ms, arrive});
+    }
+    wake(to);
+    return arrive;
+  };
+
+  std::size_t ops_run = 0;
+  while (!worklist_.empty()) {
+    const int d = worklist_.back();
+    worklist_.pop_back();
+    queued_[d] = 0;
+    const auto& ops = order.device_ops[d];
+    std::size_t& i = next_[d];
+    while (i < ops.size()) {
+      const PipelineOp& op = ops[i];
+      const std::size_t k = static_cast<std::size_t>(op.mb) * stages + op.stage;
+      double ready = 0;
+      if (op.kind == OpKind::F) {
+        if (op.stage > 0) {
+          if (fwd_end_[k - 1] < 0) break;
+          ready = act_arrive_[k - 1];
+        }
+      } else if (op.kind == OpKind::W) {
+        if (bwd_end_[k] < 0) break;
+        ready = bwd_end_[k];
+      } else {
+        if (fwd_end_[k] < 0) break;
+        ready = fwd_end_[k];
+        if (op.stage + 1 < stages) {
+          if (bwd_end_[k + 1] < 0) break;
+          ready = std::max(ready, grad_arrive_[k + 1]);
+        }
+      }
+      int cycle = 0;
+      if (barriers) {
+        cycle = order.op_cycle[d][i];
+        if (static_cast<std::size_t>(cycle) > done_cycles) break;
+        ready = std::max(ready, barrier_ms_[cycle]);
+      }
+
+      const double start = std::max(device_free_[d], ready);
+      const double end = start + problem.op_ms(op);
+      device_free_[d] = end;
+      result->busy_ms[d] += end - start;
+      makespan = std::max(makespan, end);
+      if (options.record) result->timeline.push_back(TimedOp{op, d, start, end});
+
+      const StageCost& cost = problem.costs[op.mb][op.stage];
+      if (op.kind == OpKind::F) {
+        fwd_end_[k] = end;
+        if (op.stage + 1 < stages) {
+          act_arrive_[k] = send(d, op.mb, op.stage, op.stage + 1, cost.output_bytes, end, false);
+        }
+      } else if (is_backward(op.kind)) {
+        bwd_end_[k] = end;
+        if (op.stage > 0) {
+          // The gradient w.r.t. stage s-1's output has that output's size.
+          const std::int64_t bytes = problem.costs[op.mb][op.stage - 1].output_bytes;
+          grad_arrive_[k] = send(d, op.mb, op.stage, op.stage - 1, bytes, end, true);
+        }
+      }
+      ++i;
+      ++ops_run;
+
+      if (barriers) {
+        cycle_end_[cycle] = std::max(cycle_end_[cycle], end);
+        if (--cycle_left_[cycle] == 0 && static_cast<std::size_t>(cycle) == done_cycles) {
+          while (done_cycles < cycle_left_.size() && cycle_left_[done_cycles] == 0) {
+            barrier_ms_[done_cycles + 1] =
+                std::max(barrier_ms_[done_cycles], cycle_end_[done_cycles]);
+            ++done_cycles;
+          }
+          for (int other = 0; other < num_devices; ++other) wake(other);
+        }
+      }
+    }
+  }
+  if (ops_run != total_ops) throw_blocked(problem, order);
+
+  result->makespan_ms = makespan;
+  compute_memory(problem, order, result);
+  if (options.record) {
+    std::sort(result->timeline.begin(), result->timeline.end(),
+              [](const TimedOp& a, const TimedOp& b) {
+                if (a.start_ms != b.start_ms) return a.start_ms < b.start_ms;
+                if (a.device != b.device) return a.device < b.device;
+                return a.end_ms < b.end_ms;
+              });
+    std::stable_sort(result->transfers.begin(), result->transfers.end(),
+                     [](const Transfer& a, const Transfer& b) {
+                       if (a.send_ms != b.send_ms) return a.send_ms < b.send_ms;
+                       if (a.from_device != b.from_device) return a.from_device < b.from_device;
+                       return a.to_device < b.to_device;
+                     });
+  }
+}
+
+SimResult simulate(const PipelineProblem& problem, const ScheduleOrder& order,
+                   const SimOptions& options) {
+  Simulator simulator;
+  return simulator.run(problem, order, options);
+}
+
+namespace {
+
+// The least a stage's backward can cost: B, or I + W when the cost model splits it
+// (then only I is on a micro-batch's critical path).
+bool has_split(const StageCost& c) { return c.bwd_input_ms + c.bwd_weight_ms > 0; }
+double least_backward_ms(const StageCost& c) {
+  return has_split(c) ? std::min(c.bwd_ms, c.bwd_input_ms + c.bwd_weight_ms) : c.bwd_ms;
+}
+double least_critical_backward_ms(const StageCost& c) {
+  return has_split(c) ? std::min(c.bwd_ms, c.bwd_input_ms) : c.bwd_ms;
+}
+
+}  // namespace
+
+std::vector<double> device_work_ms(const PipelineProblem& problem) {
+  std::vector<double> work(problem.layout.num_devices, 0.0);
+  for (const auto& per_stage : problem.costs) {
+    for (int s = 0; s < problem.num_stages(); ++s) {
+      work[problem.layout.device_of(s)] += per_stage[s].fwd_ms + least_backward_ms(per_stage[s]);
+    }
+  }
+  return work;
+}
+
+double ideal_makespan_ms(const PipelineProblem& problem) {
+  const std::vector<double> work = device_work_ms(problem);
+  return work.empty() ? 0.0 : *std::max_element(work.begin(), work.end());
+}
+
+double makespan_lower_bound_ms(const PipelineProblem& problem) {
+  double bound = ideal_makespan_ms(problem);
+  const int stages = problem.num_stages();
+  for (const auto& per_stage : problem.costs) {
+    double chain = 0;
+    for (int s = 0; s < stages; ++s) {
+      chain += per_stage[s].fwd_ms + least_critical_backward_ms(per_stage[s]);
+      if (s + 1 < stages &&
+          problem.layout.device_of(s) != problem.layout.device_of(s + 1)) {
+        chain += 2 * problem.p2p_ms(per_stage[s].output_bytes);  // activation + gradient
+      }
+    }
+    bound = std::max(bound, chain);
+  }
+  return bound;
+}
+
+std::vector<double> bubble_fractions(const SimResult& result) {
+  std::vector<double> bubbles(result.busy_ms.size(), 0.0);
+  if (result.makespan_ms <= 0) return bubbles;
+  for (std::size_t d = 0; d < bubbles.size(); ++d) {
+    bubbles[d] = 1.0 - result.busy_ms[d] / result.makespan_ms;
+  }
+  return bubbles;
+}
+
+}  // namespace dynapipe

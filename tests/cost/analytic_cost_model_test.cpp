@@ -1,0 +1,252 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/cost/cost_model.h"
+
+namespace dynapipe {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr Recompute kModes[] = {Recompute::None, Recompute::Selective, Recompute::Full};
+
+std::unique_ptr<CostModel> analytic(const std::string& model, int stages, const std::string& device = "a100-40g",
+                                    int zero_shards = 1) {
+  return make_cost_model("analytic:" + device, load_model_spec(model),
+                         {.num_stages = stages, .zero_shards = zero_shards});
+}
+
+TEST(AnalyticCostModelTest, DescribesItselfAndItsLayout) {
+  auto m = analytic("gpt-6.7b", 4);
+  EXPECT_EQ(m->describe(), "analytic:a100-40g");
+  EXPECT_EQ(m->num_stages(), 4);
+  EXPECT_EQ(m->model().name, "gpt-6.7b");
+  EXPECT_EQ(m->device().peak_tflops, 312);
+}
+
+// The reference's A100 profile of GPT-6.7B, one layer (docs/cost-model.md): the model
+// must stay within 30% of it.
+TEST(AnalyticCostModelTest, Gpt67bLayerIsCloseToTheReferenceProfile) {
+  auto m = analytic("gpt-6.7b", 32);  // stage 1 holds exactly one layer
+  struct Reference {
+    std::int64_t batch, seqlen;
+    double fwd_ms, bwd_ms, stored_mb;
+    Recompute mode;
+  };
+  const Reference refs[] = {
+      {1, 512, 1.66, 2.49, 115.1, Recompute::None},  {8, 512, 9.04, 16.11, 919.6, Recompute::None},
+      {1, 2048, 5.78, 9.65, 966.5, Recompute::None}, {1, 2048, 5.78, 11.39, 295.5, Recompute::Selective},
+      {1, 2048, 5.78, 15.43, 27.0, Recompute::Full},
+  };
+  for (const Reference& r : refs) {
+    SCOPED_TRACE(testing::Message() << "b=" << r.batch << " s=" << r.seqlen << " " << recompute_name(r.mode));
+    const StageCost c = m->stage_cost(1, {.batch = r.batch, .seqlen = r.seqlen}, {}, r.mode);
+    EXPECT_NEAR(c.fwd_ms, r.fwd_ms, 0.3 * r.fwd_ms);
+    EXPECT_NEAR(c.bwd_ms, r.bwd_ms, 0.3 * r.bwd_ms);
+    if (r.mode != Recompute::Full) {  // full: the reference stores more than the layer input
+      EXPECT_NEAR(static_cast<double>(c.stored_bytes) / 1e6, r.stored_mb, 0.3 * r.stored_mb);
+    }
+  }
+  // Bilinear-interpolation example of the reference: (3, 1536) -> 12.12 ms.
+  EXPECT_NEAR(m->stage_cost(1, {.batch = 3, .seqlen = 1536}, {}, Recompute::None).fwd_ms, 12.12, 0.3 * 12.12);
+}
+
+TEST(AnalyticCostModelTest, KorthikantiActivationMemoryForOneLayer) {
+  auto m = analytic("gpt-6.7b", 32);
+  // s b h (34 + 5 a s / h) bytes, selective 34 s b h, full 2 s b h (bf16).
+  const std::int64_t s = 1024, b = 2, h = 4096, a = 32;
+  EXPECT_EQ(m->stage_cost(1, {.batch = b, .seqlen = s}, {}, Recompute::None).stored_bytes,
+            s * b * h * 34 + 5 * a * s * s * b);
+  EXPECT_EQ(m->stage_cost(1, {.batch = b, .seqlen = s}, {}, Recompute::Selective).stored_bytes, s * b * h * 34);
+  EXPECT_EQ(m->stage_cost(1, {.batch = b, .seqlen = s}, {}, Recompute::Full).stored_bytes, 2 * s * b * h);
+}
+
+TEST(AnalyticCostModelTest, MonotoneInBatchAndSeqlenOnEveryStage) {
+  for (const char* model : {"gpt-small", "t5-small"}) {
+    for (const char* device : {"a100-40g", "cpu"}) {
+      auto m = analytic(model, 3, device);
+      for (int stage = 0; stage < 3; ++stage) {
+        for (Recompute mode : kModes) {
+          SCOPED_TRACE(testing::Message() << model << " " << device << " stage " << stage << " "
+                                          << recompute_name(mode));
+          for (std::int64_t b = 1; b <= 16; b *= 2) {
+            for (std::int64_t s = 8; s <= 2048; s *= 2) {
+              const MicroBatchShape shape{.batch = b, .seqlen = s, .dec_seqlen = s / 4};
+              const StageCost c = m->stage_cost(stage, shape, {}, mode);
+              for (const MicroBatchShape& bigger :
+                   {MicroBatchShape{b + 1, s, s / 4}, MicroBatchShape{b, 2 * s, s / 4},
+                    MicroBatchShape{b, s, s / 4 + 8}}) {
+                const StageCost d = m->stage_cost(stage, bigger, {}, mode);
+                EXPECT_GE(d.fwd_ms, c.fwd_ms);
+                EXPECT_GE(d.bwd_ms, c.bwd_ms);
+                EXPECT_GE(d.stored_bytes, c.stored_bytes);
+                EXPECT_GE(d.peak_bytes, c.peak_bytes);
+                EXPECT_GE(d.output_bytes, c.output_bytes);
+              }
+              EXPECT_GT(m->stage_cost(stage, {b + 1, s, s / 4}, {}, mode).fwd_ms, c.fwd_ms);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AnalyticCostModelTest, SparseAttentionLowersTimeAndMemory) {
+  auto gpt = analytic("gpt-small", 2);
+  const MicroBatchShape shape{.batch = 4, .seqlen = 1024};
+  const StageCost dense = gpt->stage_cost(0, shape, {}, Recompute::None);
+  const StageCost half = gpt->stage_cost(0, shape, {.enc = 0.5}, Recompute::None);
+  EXPECT_LT(half.fwd_ms, dense.fwd_ms);
+  EXPECT_LT(half.bwd_ms, dense.bwd_ms);
+  EXPECT_LT(half.stored_bytes, dense.stored_bytes);
+  EXPECT_EQ(half.output_bytes, dense.output_bytes);
+
+  // T5: the decoder density lowers the decoder stage; the encoder stage ignores it.
+  auto t5 = analytic("t5-small", 2);
+  const MicroBatchShape t5_shape{.batch = 4, .seqlen = 512, .dec_seqlen = 256};
+  EXPECT_LT(t5->stage_cost(1, t5_shape, {.enc = 1, .dec = 0.25}, Recompute::None).fwd_ms,
+            t5->stage_cost(1, t5_shape, {}, Recompute::None).fwd_ms);
+  EXPECT_EQ(t5->stage_cost(0, t5_shape, {.enc = 1, .dec = 0.25}, Recompute::None),
+            t5->stage_cost(0, t5_shape, {}, Recompute::None));
+}
+
+TEST(AnalyticCostModelTest, RecomputeTradesMemoryForBackwardTime) {
+  for (const char* model : {"gpt-6.7b", "t5-11b"}) {
+    auto m = analytic(model, 4);
+    for (int stage = 0; stage < 4; ++stage) {
+      SCOPED_TRACE(testing::Message() << model << " stage " << stage);
+      const MicroBatchShape shape{.batch = 2, .seqlen = 1024, .dec_seqlen = 256};
+      const StageCost none = m->stage_cost(stage, shape, {}, Recompute::None);
+      const StageCost sel = m->stage_cost(stage, shape, {}, Recompute::Selective);
+      const StageCost full = m->stage_cost(stage, shape, {}, Recompute::Full);
+      EXPECT_GT(none.stored_bytes, sel.stored_bytes);
+      EXPECT_GT(sel.stored_bytes, full.stored_bytes);
+      EXPECT_LT(none.bwd_ms, sel.bwd_ms);
+      EXPECT_LT(sel.bwd_ms, full.bwd_ms);
+      EXPECT_EQ(none.fwd_ms, full.fwd_ms);
+      // Recomputation is part of the input gradient; the weight gradient is unchanged.
+      EXPECT_DOUBLE_EQ(none.bwd_weight_ms, full.bwd_weight_ms);
+    }
+  }
+}
+
+TEST(AnalyticCostModelTest, SplitBackwardAddsUpToTheFullBackward) {
+  auto m = analytic("t5-small", 3, "cpu");
+  for (int stage = 0; stage < 3; ++stage) {
+    for (Recompute mode : kModes) {
+      const StageCost c = m->stage_cost(stage, {.batch = 3, .seqlen = 200, .dec_seqlen = 40}, {}, mode);
+      EXPECT_GT(c.bwd_input_ms, 0);
+      EXPECT_GT(c.bwd_weight_ms, 0);
+      EXPECT_DOUBLE_EQ(c.bwd_input_ms + c.bwd_weight_ms, c.bwd_ms);
+    }
+  }
+}
+
+TEST(AnalyticCostModelTest, ShapesAreRoundedToTheSeqlenMultiple) {
+  auto m = analytic("gpt-small", 2);
+  EXPECT_EQ(m->stage_cost(0, {.batch = 2, .seqlen = 97}, {}, Recompute::None),
+            m->stage_cost(0, {.batch = 2, .seqlen = 104}, {}, Recompute::None));
+  EXPECT_NE(m->stage_cost(0, {.batch = 2, .seqlen = 97}, {}, Recompute::None),
+            m->stage_cost(0, {.batch = 2, .seqlen = 96}, {}, Recompute::None));
+  auto coarse = make_cost_model("analytic:a100-40g", load_model_spec("gpt-small"),
+                                {.num_stages = 2, .seqlen_multiple = 64});
+  EXPECT_EQ(coarse->stage_cost(0, {.batch = 2, .seqlen = 65}, {}, Recompute::None),
+            coarse->stage_cost(0, {.batch = 2, .seqlen = 128}, {}, Recompute::None));
+}
+
+TEST(AnalyticCostModelTest, OutputBytesCarryTheEncoderOutputThroughTheDecoder) {
+  // t5-small (4 + 4 layers) at pp 4: enc, enc, dec, dec. bf16, hidden 256.
+  auto m = analytic("t5-small", 4);
+  const MicroBatchShape shape{.batch = 2, .seqlen = 100, .dec_seqlen = 30};  // -> 104, 32
+  EXPECT_EQ(m->stage_cost(0, shape, {}, Recompute::None).output_bytes, 2 * 2 * 104 * 256);
+  EXPECT_EQ(m->stage_cost(1, shape, {}, Recompute::None).output_bytes, 2 * 2 * 104 * 256);
+  EXPECT_EQ(m->stage_cost(2, shape, {}, Recompute::None).output_bytes, 2 * 2 * (104 + 32) * 256);
+  EXPECT_EQ(m->stage_cost(3, shape, {}, Recompute::None).output_bytes, 0);  // last stage
+
+  auto gpt = analytic("gpt-tiny", 2, "cpu");  // fp32
+  EXPECT_EQ(gpt->stage_cost(0, {.batch = 3, .seqlen = 64}, {}, Recompute::None).output_bytes, 4 * 3 * 64 * 128);
+}
+
+TEST(AnalyticCostModelTest, LastStageHoldsTheLogitsForTheLoss) {
+  auto m = analytic("gpt-6.7b", 2);
+  const MicroBatchShape shape{.batch = 1, .seqlen = 2048};
+  const std::int64_t logits_fp32 = 4LL * 2048 * 50304;
+  const StageCost first = m->stage_cost(0, shape, {}, Recompute::Full);
+  const StageCost last = m->stage_cost(1, shape, {}, Recompute::Full);
+  EXPECT_GE(last.stored_bytes - first.stored_bytes, logits_fp32);
+  EXPECT_GE(last.peak_bytes, logits_fp32);
+}
+
+TEST(AnalyticCostModelTest, StaticMemoryOfGpt67bAtPp4) {
+  // Stage params: 8 layers of 201,379,840; stage 0 adds token + position tables
+  // (50304 + 8192) x 4096; stage 3 adds the (tied) token table and the final LN.
+  const std::int64_t layers = 8 * 201'379'840LL;
+  const std::int64_t stage0 = layers + (50304 + 8192) * 4096LL;
+  const std::int64_t stage3 = layers + 50304 * 4096LL + 2 * 4096;
+  auto m = analytic("gpt-6.7b", 4);
+  // Mixed-precision Adam: 16 bytes per parameter.
+  EXPECT_EQ(m->static_bytes(0), 16 * stage0);
+  EXPECT_EQ(m->static_bytes(1), 16 * layers);
+  EXPECT_EQ(m->static_bytes(2), 16 * layers);
+  EXPECT_EQ(m->static_bytes(3), 16 * stage3);
+  // ZeRO-1 over 4 replicas: 2 + 2 + 12 / 4 = 7 bytes per parameter.
+  EXPECT_EQ(analytic("gpt-6.7b", 4, "a100-40g", 4)->static_bytes(1), 7 * layers);
+  // fp32 training (cpu): 4 + 4 + 8 / 2 = 12 bytes per parameter with 2 shards.
+  EXPECT_EQ(analytic("gpt-6.7b", 4, "cpu", 2)->static_bytes(1), 12 * layers);
+  EXPECT_EQ(model_state_bytes(10, 2, 3), 10 * 4 + 40);  // 120 / 3
+  EXPECT_EQ(model_state_bytes(1, 2, 8), 4 + 2);         // 12 / 8 rounds up
+}
+
+TEST(AnalyticCostModelTest, CommunicationTimes) {
+  auto m = analytic("gpt-6.7b", 4);
+  EXPECT_DOUBLE_EQ(m->p2p_ms(0), 0);
+  EXPECT_DOUBLE_EQ(m->p2p_ms(300'000'000), 0.005 + 1.0);  // 300 MB over 300 GB/s
+  EXPECT_DOUBLE_EQ(m->allreduce_ms(1'000'000'000, 1), 0);
+  // Ring: 2 (r - 1) / r of the bytes over the bus bandwidth + 2 (r - 1) latencies.
+  EXPECT_DOUBLE_EQ(m->allreduce_ms(1'000'000'000, 4), 2 * 3 * 0.005 + 1.5 * 1e9 / 230e6);
+}
+
+TEST(AnalyticCostModelTest, DevicePresets) {
+  EXPECT_EQ(device_preset_names(), (std::vector<std::string>{"a100-40g", "a100-80g", "h100-80g", "cpu"}));
+  EXPECT_EQ(device_preset("a100-80g").memory_bytes, 80LL << 30);
+  EXPECT_EQ(device_preset("cpu").bytes_per_element, 4);
+  EXPECT_EQ(device_preset("cpu").memory_bytes, 24LL << 30);
+  // Faster devices are faster.
+  const MicroBatchShape shape{.batch = 4, .seqlen = 1024};
+  EXPECT_LT(analytic("gpt-6.7b", 4, "h100-80g")->stage_cost(1, shape, {}, Recompute::None).fwd_ms,
+            analytic("gpt-6.7b", 4, "a100-40g")->stage_cost(1, shape, {}, Recompute::None).fwd_ms);
+  EXPECT_LT(analytic("gpt-6.7b", 4, "a100-80g")->stage_cost(1, shape, {}, Recompute::None).fwd_ms,
+            analytic("gpt-6.7b", 4, "a100-40g")->stage_cost(1, shape, {}, Recompute::None).fwd_ms);
+}
+
+TEST(AnalyticCostModelTest, BadSpecsAreNamed) {
+  const ModelSpec gpt = load_model_spec("gpt-tiny");
+  try {
+    make_cost_model("analytic:tpu-v4", gpt, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NotFound);
+    EXPECT_THAT(e.what(), HasSubstr("analytic:tpu-v4"));
+    EXPECT_THAT(e.what(), HasSubstr("a100-40g"));
+  }
+  try {
+    make_cost_model("/nonexistent/profile.json", gpt, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::NotFound);
+    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/profile.json"));
+  }
+  try {
+    make_cost_model("analytic:cpu", gpt, {.num_stages = 2, .zero_shards = 0});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("zero_shards must be >= 1, got 0"));
+  }
+  EXPECT_THROW(make_cost_model("analytic:cpu", gpt, {.num_stages = 5}), Error);
+}
+
+}  // namespace
+}  // namespace dynapipe

@@ -1,0 +1,120 @@
+// make_pipeline_problem / make_search_candidates over a fixed-table CostModel. Built
+// only once the cost module has a library (CostModel's out-of-line members live there).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/schedule/schedule_search.h"
+
+namespace dynapipe {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Time and memory proportional to tokens; recompute trades memory for backward time.
+class FixedCostModel final : public CostModel {
+ public:
+  explicit FixedCostModel(int num_stages) : stages_(num_stages) {
+    device_.link_latency_ms = 0.02;
+    device_.link_bandwidth_gbs = 10;
+  }
+  const ModelSpec& model() const override { return model_; }
+  const DeviceSpec& device() const override { return device_; }
+  const std::vector<StageLayers>& stages() const override { return stages_; }
+  StageCost stage_cost(int stage, const MicroBatchShape& shape, const AttentionDensity&,
+                       Recompute recompute) const override {
+    const double tokens = static_cast<double>(shape.tokens());
+    const double factor = recompute == Recompute::None ? 1.0
+                          : recompute == Recompute::Selective ? 0.6 : 0.25;
+    StageCost c;
+    c.fwd_ms = tokens * 1e-3 * (stage + 1);
+    c.bwd_ms = 2 * c.fwd_ms * (recompute == Recompute::Full ? 1.5 : 1.0);
+    c.bwd_input_ms = c.bwd_ms / 2;
+    c.bwd_weight_ms = c.bwd_ms / 2;
+    c.stored_bytes = static_cast<std::int64_t>(tokens * 1000 * factor);
+    c.peak_bytes = static_cast<std::int64_t>(tokens * 100);
+    c.output_bytes = static_cast<std::int64_t>(tokens * 10);
+    return c;
+  }
+  std::int64_t static_bytes(int stage) const override { return 1'000'000 * (stage + 1); }
+  double p2p_ms(std::int64_t bytes) const override { return bytes * 1e-7; }
+  double allreduce_ms(std::int64_t, int) const override { return 0; }
+  std::string describe() const override { return "fixed"; }
+
+ private:
+  ModelSpec model_;
+  DeviceSpec device_;
+  std::vector<StageLayers> stages_;
+};
+
+std::vector<MicroBatch> microbatches(const std::vector<std::int64_t>& seqlens) {
+  std::vector<MicroBatch> out;
+  for (std::size_t i = 0; i < seqlens.size(); ++i) {
+    MicroBatch mb;
+    mb.id = static_cast<int>(i);
+    mb.shape = {.batch = 2, .seqlen = seqlens[i]};
+    out.push_back(mb);
+  }
+  return out;
+}
+
+TEST(CostBridgeTest, BuildsTheProblemFromTheCostModel) {
+  const FixedCostModel model(4);
+  const auto mbs = microbatches({128, 512, 256});
+  const PipelineProblem p =
+      make_pipeline_problem(model, mbs, Recompute::Full, {2, 2}, 123456789);
+  EXPECT_EQ(p.num_microbatches(), 3);
+  EXPECT_EQ(p.num_stages(), 4);
+  // Device 0 holds virtual stages 0 and 2.
+  EXPECT_EQ(p.static_bytes, (std::vector<std::int64_t>{1'000'000 + 3'000'000,
+                                                       2'000'000 + 4'000'000}));
+  EXPECT_EQ(p.memory_limit_bytes, 123456789);
+  EXPECT_DOUBLE_EQ(p.link_latency_ms, 0.02);
+  EXPECT_DOUBLE_EQ(p.link_bandwidth_gbs, 10);
+  EXPECT_DOUBLE_EQ(p.costs[1][3].fwd_ms, 1024 * 1e-3 * 4);
+  EXPECT_EQ(p.costs[1][3].stored_bytes, 1024 * 1000 / 4);
+}
+
+TEST(CostBridgeTest, RejectsMismatchedLayoutsAndIds) {
+  const FixedCostModel model(4);
+  auto mbs = microbatches({128, 256});
+  try {
+    make_pipeline_problem(model, mbs, Recompute::None, {4, 2}, 0);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("must equal layout.num_stages() (8), got 4"));
+  }
+  mbs[1].id = 5;
+  EXPECT_THROW(make_pipeline_problem(model, mbs, Recompute::None, {4, 1}, 0), Error);
+}
+
+TEST(CostBridgeTest, AutoCandidatesCoverScheduleTimesRecompute) {
+  const FixedCostModel model(4), interleaved(8);
+  const auto mbs = microbatches({128, 512, 256, 64, 1024, 32});
+  auto without = make_search_candidates("auto", model, nullptr, mbs, 4, 0);
+  EXPECT_EQ(without.size(), 5u * 3u);  // no interleaved without virtual stages
+  auto with = make_search_candidates("auto", model, &interleaved, mbs, 4, 0);
+  ASSERT_EQ(with.size(), 6u * 3u);
+  EXPECT_EQ(with[2].schedule, "interleaved");
+  EXPECT_EQ(with[2].problem.layout.chunks, 2);
+  EXPECT_EQ(with[6].recompute, Recompute::Selective);
+  const SearchResult r = search_schedule(with);
+  EXPECT_TRUE(r.sim.fits_memory);
+  EXPECT_EQ(make_search_candidates("1f1b", model, nullptr, mbs, 4, 0).size(), 3u);
+  EXPECT_THROW(make_search_candidates("interleaved", model, nullptr, mbs, 4, 0), Error);
+  EXPECT_THROW(make_search_candidates("3f3b", model, nullptr, mbs, 4, 0), Error);
+}
+
+TEST(CostBridgeTest, TightMemoryPicksRecomputation) {
+  const FixedCostModel model(4);
+  const auto mbs = microbatches({512, 512, 512, 512, 512, 512, 512, 512});
+  // Stage 3: 4 MB static + one micro-batch in flight (1.024 MB stored, 0.1 MB peak)
+  // exceeds 5 MB; selective recompute stores 0.61 MB and fits.
+  auto candidates = make_search_candidates("1f1b", model, nullptr, mbs, 4, 5'000'000);
+  const SearchResult r = search_schedule(candidates);
+  EXPECT_EQ(r.recompute, Recompute::Selective);
+  EXPECT_TRUE(r.sim.fits_memory);
+}
+
+}  // namespace
+}  // namespace dynapipe

@@ -1,0 +1,169 @@
+#include "dynapipe/schedule/schedule_search.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/units.h"
+#include "dynapipe/schedule/simulator.h"
+#include "schedule/schedule_test_util.h"
+
+namespace dynapipe {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::uniform_problem;
+
+std::vector<SearchCandidate> candidates_for(const std::vector<std::string>& names,
+                                            const PipelineProblem& problem) {
+  std::vector<SearchCandidate> out;
+  for (const std::string& name : names) out.push_back({name, Recompute::None, problem});
+  return out;
+}
+
+// Micro-batches of three sizes in a bad order (all long ones last).
+PipelineProblem heterogeneous_problem() {
+  PipelineProblem p = uniform_problem(9, 4, 1.0, 2.0);
+  for (int mb = 0; mb < 9; ++mb) {
+    const double size = 1.0 + (mb / 3);
+    for (auto& c : p.costs[mb]) {
+      c.fwd_ms *= size;
+      c.bwd_ms *= size;
+      c.bwd_input_ms *= size;
+      c.bwd_weight_ms *= size;
+      c.stored_bytes = static_cast<std::int64_t>(c.stored_bytes * size);
+    }
+  }
+  return p;
+}
+
+TEST(ScheduleSearchTest, PicksTheShortestSchedule) {
+  const PipelineProblem p = uniform_problem(8, 4, 1.0, 2.0);
+  const SearchResult r = search_schedule(candidates_for({"gpipe", "1f1b", "zb1p"}, p));
+  EXPECT_EQ(r.schedule, "zb1p");
+  EXPECT_EQ(r.candidate, 2);
+  EXPECT_DOUBLE_EQ(r.sim.makespan_ms, simulate(p, r.order).makespan_ms);
+  EXPECT_FALSE(r.sim.timeline.empty());
+  EXPECT_TRUE(r.rejected.empty());
+  EXPECT_GE(r.simulations, 3);
+}
+
+TEST(ScheduleSearchTest, TiesKeepTheEarlierCandidate) {
+  const PipelineProblem p = uniform_problem(8, 4, 1.0, 2.0);
+  const SearchResult r = search_schedule(candidates_for({"gpipe", "1f1b"}, p));
+  EXPECT_EQ(r.schedule, "gpipe");  // same makespan; gpipe was listed first
+}
+
+TEST(ScheduleSearchTest, SkipsCandidatesThatDoNotFit) {
+  PipelineProblem p = uniform_problem(8, 4, 1.0, 2.0);
+  p.memory_limit_bytes = 250;
+  std::vector<SearchCandidate> candidates = candidates_for({"1f1b", "wait-free-cyclic"}, p);
+  const SearchResult r = search_schedule(candidates);
+  EXPECT_EQ(r.schedule, "wait-free-cyclic");
+  EXPECT_TRUE(r.sim.fits_memory);
+  ASSERT_EQ(r.rejected.size(), 1u);
+  EXPECT_THAT(r.rejected[0], HasSubstr("1f1b, recompute none: needs"));
+}
+
+TEST(ScheduleSearchTest, ReportsTheSmallestViolationWhenNothingFits) {
+  PipelineProblem none = uniform_problem(2, 2, 1.0, 2.0);
+  none.static_bytes = {30 * kGiB, 30 * kGiB};
+  none.memory_limit_bytes = 40 * kGiB;
+  PipelineProblem full = none;
+  for (auto& per_stage : none.costs) {
+    for (auto& c : per_stage) {
+      c.stored_bytes = 8 * kGiB;
+      c.peak_bytes = kGiB;
+    }
+  }
+  for (auto& per_stage : full.costs) {
+    for (auto& c : per_stage) {
+      c.stored_bytes = 11 * kGiB / 2;   // 5.5 GiB
+      c.peak_bytes = 7 * kGiB / 10;     // 0.7 GiB
+    }
+  }
+  std::vector<SearchCandidate> candidates = {{"1f1b", Recompute::None, none},
+                                             {"1f1b", Recompute::Full, full}};
+  try {
+    search_schedule(candidates);
+    FAIL() << "expected Infeasible";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Infeasible);
+    EXPECT_STREQ(e.what(),
+                 "--memory-limit 40 GiB: no schedule fits; micro-batch 1 needs 41.7 GiB on stage 0 "
+                 "(schedule 1f1b, recompute full)");
+  }
+}
+
+TEST(ScheduleSearchTest, PermutedOrdersSpeakOriginalIds) {
+  const PipelineProblem p = heterogeneous_problem();
+  SearchOptions options;
+  options.random_orders = 3;
+  options.max_orders = 12;
+  const SearchResult r = search_schedule(candidates_for({"wait-free-cyclic"}, p), options);
+  std::vector<int> sorted = r.mb_order;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int> identity(9);
+  std::iota(identity.begin(), identity.end(), 0);
+  EXPECT_EQ(sorted, identity);
+  // Every op's duration is its own micro-batch's cost: ids were mapped back.
+  for (const TimedOp& t : r.sim.timeline) {
+    EXPECT_DOUBLE_EQ(t.end_ms - t.start_ms, p.op_ms(t.op)) << op_name(t.op);
+  }
+  // Re-simulating the returned order on the original problem gives the same result.
+  const SimResult again = simulate(p, r.order);
+  EXPECT_DOUBLE_EQ(again.makespan_ms, r.sim.makespan_ms);
+  EXPECT_EQ(again.peak_memory_bytes, r.sim.peak_memory_bytes);
+  // Stage 0 takes the micro-batches in mb_order.
+  std::vector<int> injected;
+  for (const PipelineOp& op : r.order.device_ops[0]) {
+    if (op.kind == OpKind::F) injected.push_back(op.mb);
+  }
+  EXPECT_EQ(injected, r.mb_order);
+  // It beat (or tied) the identity order, and the search tried several.
+  SearchOptions identity_only;
+  identity_only.permute = false;
+  EXPECT_LE(r.sim.makespan_ms,
+            search_schedule(candidates_for({"wait-free-cyclic"}, p), identity_only).sim.makespan_ms);
+  EXPECT_GT(r.simulations, 5);
+}
+
+TEST(ScheduleSearchTest, IsDeterministic) {
+  const PipelineProblem p = heterogeneous_problem();
+  SearchOptions options;
+  options.random_orders = 2;
+  options.seed = 7;
+  auto all = candidates_for({"gpipe", "1f1b", "cyclic", "wait-free-cyclic", "zb1p"}, p);
+  const SearchResult a = search_schedule(all, options), b = search_schedule(all, options);
+  EXPECT_EQ(a.schedule, b.schedule);
+  EXPECT_EQ(a.mb_order, b.mb_order);
+  EXPECT_EQ(a.order.device_ops, b.order.device_ops);
+  EXPECT_DOUBLE_EQ(a.sim.makespan_ms, b.sim.makespan_ms);
+}
+
+TEST(ScheduleSearchTest, ErrorsNameTheProblem) {
+  const PipelineProblem p = uniform_problem(4, 2, 1.0, 2.0);
+  EXPECT_THROW(search_schedule({}), Error);
+  try {
+    search_schedule(candidates_for({"interleaved"}, p));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_THAT(e.what(), HasSubstr("interleaved, recompute none: interleaved needs layout.chunks"));
+  }
+  try {
+    search_schedule(candidates_for({"nope"}, p));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+  }
+  SearchOptions bad;
+  bad.max_orders = 0;
+  EXPECT_THROW(search_schedule(candidates_for({"1f1b"}, p), bad), Error);
+}
+
+}  // namespace
+}  // namespace dynapipe
