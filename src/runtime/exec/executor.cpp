@@ -15,18 +15,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Op = InstructionOp;
 
-// TODO(#plan-names): use plan/'s instruction_op_name() once plan/ is linked into runtime.
-std::string_view op_name(Op op) {
-  static constexpr std::array<std::string_view, kNumInstructionOps> kNames = {
-      "LoadInput",          "Forward",           "Backward",
-      "BackwardInput",      "BackwardWeight",    "SendActivationStart",
-      "SendActivationFinish", "RecvActivationStart", "RecvActivationFinish",
-      "SendGradStart",      "SendGradFinish",    "RecvGradStart",
-      "RecvGradFinish",     "FreeBuffer",        "ReduceGrads",
-      "OptimizerStep"};
-  auto i = static_cast<std::size_t>(op);
-  return i < kNames.size() ? kNames[i] : std::string_view("<bad op>");
-}
+std::string_view op_name(Op op) { return instruction_op_name(op); }
 
 std::string describe(const Instruction& in) {
   std::string s(op_name(in.op));
@@ -38,21 +27,10 @@ std::string describe(const Instruction& in) {
   return s;
 }
 
-bool is_start(Op op) {
-  return op == Op::SendActivationStart || op == Op::RecvActivationStart ||
-         op == Op::SendGradStart || op == Op::RecvGradStart;
-}
-bool is_finish(Op op) {
-  return op == Op::SendActivationFinish || op == Op::RecvActivationFinish ||
-         op == Op::SendGradFinish || op == Op::RecvGradFinish;
-}
+bool is_start(Op op) { return is_comm_start(op); }
+bool is_finish(Op op) { return is_communication(op) && !is_comm_start(op); }
 // The Start a Finish waits for (their enum values are adjacent: Start, Finish).
 Op start_of(Op finish) { return static_cast<Op>(static_cast<int>(finish) - 1); }
-
-bool is_compute(Op op) {
-  return op == Op::LoadInput || op == Op::Forward || op == Op::Backward ||
-         op == Op::BackwardInput || op == Op::BackwardWeight;
-}
 
 // A communication instruction's `stage` may name either end of the transfer; the local
 // end is the one this executor holds (adjacent stages are always on different devices
