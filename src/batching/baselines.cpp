@@ -222,7 +222,7 @@ std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts&
   for (std::int64_t budget : budgets) {
     // Grow while the padded shape stays within the budget and fits; a sample alone
     // always starts a micro-batch (fairseq would reject it; here it is costed alone).
-    std::vector<MicroBatch> microbatches;
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [begin, end) of the order
     std::size_t begin = 0;
     bool feasible = true;
     while (begin < input.order.size() && feasible) {
@@ -246,12 +246,26 @@ std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts&
         ++end;
       }
       if (!feasible) break;
-      microbatches.push_back(make_padded_microbatch(
-          input.samples, input.order.subspan(begin, end - begin), options.kind,
-          options.seqlen_multiple));
+      ranges.emplace_back(begin, end);
       begin = end;
     }
     if (!feasible) return std::nullopt;  // a sample alone does not fit under this rule
+    // Fewer micro-batches than replicas (a small batch, a large budget): halve the
+    // largest until every replica gets one; a smaller shape fits wherever a larger did.
+    while (ranges.size() < static_cast<std::size_t>(options.dp)) {
+      auto largest = std::max_element(ranges.begin(), ranges.end(), [](auto a, auto b) {
+        return a.second - a.first < b.second - b.first;
+      });
+      const auto [lo, hi] = *largest;
+      DYNAPIPE_CHECK(hi - lo > 1, "fewer samples than replicas reached token-based");
+      *largest = {lo, lo + (hi - lo) / 2};
+      ranges.insert(largest + 1, {lo + (hi - lo) / 2, hi});
+    }
+    std::vector<MicroBatch> microbatches;
+    for (const auto& [lo, hi] : ranges) {
+      microbatches.push_back(make_padded_microbatch(
+          input.samples, input.order.subspan(lo, hi - lo), options.kind, options.seqlen_multiple));
+    }
     std::vector<std::vector<MicroBatch>> replicas(static_cast<std::size_t>(options.dp));
     for (std::size_t k = 0; k < microbatches.size(); ++k) {
       replicas[k % replicas.size()].push_back(std::move(microbatches[k]));

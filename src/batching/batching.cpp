@@ -131,6 +131,12 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   BatchingResult result;
   result.replicas.resize(static_cast<std::size_t>(options.dp));
   if (batch.samples.empty()) return result;
+  // Every replica takes part in the step's gradient reduction, so each needs a sample.
+  if (batch.samples.size() < static_cast<std::size_t>(options.dp)) {
+    throw Error(ErrorKind::Infeasible,
+                cat(batch.samples.size(), " samples cannot feed --dp ", options.dp,
+                    " replicas; raise --global-batch-tokens or lower --dp"));
+  }
 
   std::array<std::unique_ptr<detail::ShapeCosts>, kRecomputeModes.size()> costs;
   for (std::size_t m = 0; m < kRecomputeModes.size(); ++m) {

@@ -103,6 +103,8 @@ std::optional<double> replicas_objective(const std::vector<std::vector<MicroBatc
   double objective = 0;
   std::vector<double> times;
   for (const std::vector<MicroBatch>& replica : replicas) {
+    // A replica without work cannot take part in the gradient reduction of the step.
+    if (replica.empty()) return std::nullopt;
     times.clear();
     for (const MicroBatch& mb : replica) {
       const bool dense = mb.density == AttentionDensity{};

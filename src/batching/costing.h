@@ -87,7 +87,8 @@ void fill_members(std::span<const Sample> samples, std::span<const std::size_t> 
                   MicroBatch* microbatch);
 
 // Costs every micro-batch (dense ones through the cache) and returns the objective
-// (max over replicas of Σt + (p−1)·max t), or nullopt if one does not fit under `rule`.
+// (max over replicas of Σt + (p−1)·max t), or nullopt if one does not fit under `rule`
+// or a replica got no micro-batch.
 std::optional<double> replicas_objective(const std::vector<std::vector<MicroBatch>>& replicas,
                                          ShapeCosts& costs, MemoryRule rule, int num_stages);
 

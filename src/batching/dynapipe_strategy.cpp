@@ -163,6 +163,8 @@ std::optional<Candidate> split_microbatches(const StrategyInput& input, ShapeCos
                                              options.dp == 1 ? incumbent_ms : kInf);
   if (!partition.found) return std::nullopt;
   std::vector<MicroBatch> microbatches = cut(input.samples, input.order, partition.starts, options);
+  // Fewer micro-batches than replicas: leave it to the split by samples.
+  if (microbatches.size() < static_cast<std::size_t>(options.dp)) return std::nullopt;
 
   Candidate candidate;
   candidate.replicas.resize(static_cast<std::size_t>(options.dp));
@@ -193,6 +195,7 @@ std::optional<Candidate> split_samples(const StrategyInput& input, ShapeCosts& c
   }
   Candidate candidate;
   candidate.replicas.resize(dp);
+  if (input.order.size() < dp) return std::nullopt;  // a replica would get no sample
   for (std::size_t r = 0; r < dp; ++r) {
     // Each replica's objective is a lower bound of the maximum: the incumbent prunes.
     const Partition partition = solve_sequence(input, shards[r], costs, rule, 1.0, incumbent_ms);

@@ -46,6 +46,8 @@ void setup_train(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   auto& o = args->options;
   auto* cmd = app.add_subcommand("train", "Train on this machine's CPUs with the planned executors");
+  // Training runs on this machine's CPUs: estimate with the CPU model unless told otherwise.
+  args->common.cost_model = "analytic:cpu";
   add_common_flags(*cmd, args->common, SamplesFlag::Data);
   cmd->add_option("--steps", o.steps, "Optimizer steps (global batches; the data cycles)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();

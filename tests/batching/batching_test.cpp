@@ -263,6 +263,23 @@ TEST(BatchingTest, RejectsBadInput) {
                ErrorKind::InvalidArgument, "sample ids must be unique, got 0 twice");
 }
 
+TEST(BatchingTest, EveryReplicaGetsWorkOrTheBatchIsRefused) {
+  // One stage, plenty of memory: one micro-batch would hold all three samples, but two
+  // replicas each need one.
+  const FakeCostModel model({.num_stages = 1});
+  const GlobalBatch three = gpt_batch({5, 60, 7});
+  for (Strategy strategy : {Strategy::DynaPipe, Strategy::Padding, Strategy::Packing,
+                            Strategy::PackingVarlen, Strategy::TokenBased}) {
+    const BatchingResult result =
+        make_microbatches(three, model, {.strategy = strategy, .dp = 2, .max_seqlen = 64});
+    ASSERT_EQ(result.replicas.size(), 2u);
+    EXPECT_FALSE(result.replicas[0].empty()) << strategy_name(strategy);
+    EXPECT_FALSE(result.replicas[1].empty()) << strategy_name(strategy);
+  }
+  expect_error([&] { make_microbatches(three, model, {.dp = 4, .max_seqlen = 64}); },
+               ErrorKind::Infeasible, "3 samples cannot feed --dp 4 replicas");
+}
+
 TEST(BatchingTest, EmptyBatchGivesEmptyReplicas) {
   const FakeCostModel model({.num_stages = 1});
   const BatchingResult result = make_microbatches(GlobalBatch{}, model, {.dp = 3});
@@ -316,6 +333,7 @@ void check_result(const RandomCase& c, const FakeCostModel& model, const Batchin
   std::multiset<SampleId> seen;
   double objective = 0;
   for (const auto& replica : r.replicas) {
+    ASSERT_FALSE(replica.empty()) << "every replica must get work (seed " << seed << ")";
     std::vector<double> times;
     for (std::size_t k = 0; k < replica.size(); ++k) {
       const MicroBatch& mb = replica[k];

@@ -15,9 +15,15 @@ namespace dynapipe::runtime {
 
 namespace {
 
+AttentionMode attention_mode(const std::string& strategy) {
+  if (strategy == "packing-varlen") return AttentionMode::Varlen;
+  if (strategy == "packing") return AttentionMode::Packed;
+  return AttentionMode::Padded;
+}
+
 // Tokens of the samples file: the byte tokenizer's for text samples, the data module's
 // deterministic synthetic pattern for lengths-only ones.
-class DatasetTokenSource : public TokenSource {
+class DatasetTokenSource final : public TokenSource {
  public:
   explicit DatasetTokenSource(std::shared_ptr<const Dataset> dataset) : dataset_(std::move(dataset)) {}
   runtime::SampleTokens tokens(SampleId id) const override {
@@ -30,13 +36,11 @@ class DatasetTokenSource : public TokenSource {
   std::shared_ptr<const Dataset> dataset_;
 };
 
-AttentionMode attention_mode(const std::string& strategy) {
-  if (strategy == "packing-varlen") return AttentionMode::Varlen;
-  if (strategy == "packing") return AttentionMode::Packed;
-  return AttentionMode::Padded;
-}
-
 }  // namespace
+
+std::shared_ptr<const TokenSource> make_dataset_token_source(std::shared_ptr<const Dataset> dataset) {
+  return std::make_shared<DatasetTokenSource>(std::move(dataset));
+}
 
 TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
   TrainHooks hooks;
@@ -73,7 +77,7 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
   hooks.make_stage = [model, layers, model_options](int stage) {
     return make_stage_model(model, layers.at(stage), model_options);
   };
-  auto source = std::make_shared<DatasetTokenSource>(dataset);
+  auto source = make_dataset_token_source(dataset);
   const AttentionMode mode = attention_mode(config.strategy);
   const ModelKind kind = config.model.kind;
   hooks.collate = [source, mode, kind](const MicroBatch& mb) {

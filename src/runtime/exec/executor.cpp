@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "dynapipe/core/error.h"
+#include "runtime/model/reference_trainer.h"
 
 namespace dynapipe::runtime {
 
@@ -135,7 +136,7 @@ struct Executor::Impl {
   Communicator& pipe;
   Communicator* dp;
   CollateFn collate;
-  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
 
   // Per-iteration state.
   struct Forwarded {
@@ -154,6 +155,7 @@ struct Executor::Impl {
   };
   std::map<int, MicroBatchTensors> batches;
   std::map<Key, Forwarded> forwarded;
+  std::map<Key, DeferredWeightGrads> deferred;  // BackwardInput done, BackwardWeight pending
   std::map<Key, torch::Tensor> act_in, grad_in, act_out, grad_out;
   std::deque<Pending> pending;
   std::map<int, std::vector<std::pair<std::map<Key, torch::Tensor>*, Key>>> buffers;
@@ -168,13 +170,16 @@ struct Executor::Impl {
     std::vector<torch::Tensor> params;
     for (const auto& [stage, model] : stages)
       for (auto& p : model->parameters()) params.push_back(p);
-    optimizer = std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay));
+    TrainerOptions adamw;
+    adamw.lr = config.lr;
+    adamw.weight_decay = config.weight_decay;
+    optimizer = make_adamw(params, adamw);
   }
 
   void reset() {
     batches.clear();
     forwarded.clear();
+    deferred.clear();
     act_in.clear();
     grad_in.clear();
     act_out.clear();
@@ -266,32 +271,46 @@ struct Executor::Impl {
     forwarded.emplace(key, std::move(f));
   }
 
-  // The one place backward is split. BackwardInput runs the full backward (input and
-  // weight gradients) and BackwardWeight is a no-op, until StageModel offers a split
-  // backward. TODO(#zero-bubble): real I/W split through the stage model.
+  // The one place backward is split: Full runs autograd for input and weight gradients;
+  // Input runs it with the linear layers' weight gradients deferred (backward_input),
+  // and the matching Weight instruction accumulates them (flush), as zero-bubble does.
   enum class Part { Full, Input, Weight };
   void backward(const Instruction& in, Part part) {
-    if (part == Part::Weight) return;
     Key key{in.mb, in.stage};
+    if (part == Part::Weight) {
+      auto it = deferred.find(key);
+      if (it == deferred.end())
+        throw Error(ErrorKind::ParseError, cat("mb ", in.mb, " stage ", in.stage,
+                                               " runs BackwardWeight before its BackwardInput"));
+      it->second.flush();
+      deferred.erase(it);
+      return;
+    }
     auto it = forwarded.find(key);
     if (it == forwarded.end())
       throw Error(ErrorKind::ParseError, cat("mb ", in.mb, " stage ", in.stage,
                                              " runs backward before its forward"));
     Forwarded f = std::move(it->second);
     forwarded.erase(it);
-    if (!f.loss.defined()) await_recv(Op::RecvGradStart, key);
-    if (f.loss.defined()) {
-      f.loss.backward();
-    } else {
+    torch::Tensor output = f.loss, grad;
+    if (!f.loss.defined()) {
+      await_recv(Op::RecvGradStart, key);
       Key next{in.mb, in.stage + 1};
       bool linked = !grad_in.count(key) && local.count(in.stage + 1) && grad_out.count(next);
-      auto grad = linked ? take(grad_out, next, "gradient") : take(grad_in, key, "received gradient");
+      grad = linked ? take(grad_out, next, "gradient") : take(grad_in, key, "received gradient");
       if (grad.sizes() != f.output.sizes())
         throw Error(ErrorKind::ParseError,
                     cat("gradient for mb ", in.mb, " stage ", in.stage, " has shape [",
                         join(grad.sizes(), ", "), "], its activation [",
                         join(f.output.sizes(), ", "), "]"));
-      torch::autograd::backward({f.output}, {grad});
+      output = f.output;
+    }
+    if (part == Part::Input) {
+      deferred.emplace(key, backward_input(output, grad));
+    } else if (grad.defined()) {
+      torch::autograd::backward({output}, {grad});
+    } else {
+      output.backward();
     }
     if (in.stage > 0) {
       auto g = f.input.grad();
@@ -363,7 +382,15 @@ struct Executor::Impl {
     }
   }
 
+  // Weight gradients still deferred would be missing from the reduction and the step.
+  void require_weight_grads_flushed(const char* before) const {
+    if (deferred.empty()) return;
+    auto [mb, stage] = deferred.begin()->first;
+    throw Error(ErrorKind::ParseError, cat(before, " before BackwardWeight of mb ", mb, " stage ", stage));
+  }
+
   void reduce_grads() {
+    require_weight_grads_flushed("ReduceGrads");
     if (dp == nullptr || dp->size() <= 1) return;
     std::vector<torch::Tensor> grads;
     for (const auto& [stage, model] : stages) {
@@ -376,6 +403,7 @@ struct Executor::Impl {
   }
 
   void step() {
+    require_weight_grads_flushed("OptimizerStep");
     optimizer->step();
     optimizer->zero_grad();
   }
@@ -407,6 +435,7 @@ struct Executor::Impl {
     reset();
     replica = input.replica;
     loss_scale = input.loss_scale;
+    for (auto& [stage, model] : stages) model->set_recompute(replica->recompute);
     optimizer->zero_grad();
     auto begin = Clock::now();
     const auto& instructions = input.program->instructions;
@@ -449,6 +478,7 @@ struct Executor::Impl {
     // Drop this iteration's tensors (they pin autograd graphs).
     batches.clear();
     forwarded.clear();
+    deferred.clear();
     act_in.clear();
     grad_in.clear();
     act_out.clear();
@@ -466,7 +496,7 @@ Executor::Executor(ExecutorConfig config, std::map<int, std::shared_ptr<StageMod
 Executor::~Executor() = default;
 
 IterationResult Executor::run(const IterationInput& input) { return impl_->run(input); }
-torch::optim::AdamW& Executor::optimizer() { return *impl_->optimizer; }
+torch::optim::Optimizer& Executor::optimizer() { return *impl_->optimizer; }
 const std::map<int, std::shared_ptr<StageModel>>& Executor::stages() const { return impl_->stages; }
 std::vector<torch::Tensor> Executor::parameters() const {
   std::vector<torch::Tensor> params;

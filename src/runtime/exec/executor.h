@@ -16,7 +16,7 @@
 //                                     .loss_scale = 1.0 / target_tokens});
 #pragma once
 
-#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
 
 #include <array>
 #include <cstdint>
@@ -77,7 +77,7 @@ class Executor {
   // `stages`: virtual stage -> model, the stages this rank holds (device d holds d, d+pp,
   // ...). `pipe` is the global group (peers are global ranks); `dp` the group of this
   // device's replicas (nullptr or size 1 when dp == 1). The executor owns the AdamW
-  // optimizer over all its stages' parameters.
+  // optimizer over all its stages' parameters (make_adamw, as the reference trainer).
   Executor(ExecutorConfig config, std::map<int, std::shared_ptr<StageModel>> stages,
            Communicator& pipe, Communicator* dp, CollateFn collate);
   ~Executor();
@@ -89,7 +89,7 @@ class Executor {
   // bad program, Internal for LibTorch errors) with the context above.
   IterationResult run(const IterationInput& input);
 
-  torch::optim::AdamW& optimizer();
+  torch::optim::Optimizer& optimizer();
   const std::map<int, std::shared_ptr<StageModel>>& stages() const;
   std::vector<torch::Tensor> parameters() const;  // all stages, in stage order
 

@@ -8,11 +8,13 @@
 #include <memory>
 #include <string>
 
+#include "dynapipe/data/dataset.h"
 #include "dynapipe/runtime/launcher.h"
 #include "dynapipe/runtime/plan_store.h"
 #include "dynapipe/runtime/train.h"
 #include "runtime/exec/communicator.h"
 #include "runtime/exec/executor.h"
+#include "runtime/model/collate.h"
 #include "runtime/stage_model.h"
 
 namespace dynapipe::runtime {
@@ -51,5 +53,9 @@ TrainSummary run_rank_process(const TrainOptions& options, const DistributedEnv&
 // Hooks of the real system: data/ global batches, planner/ Planner, the GPT/T5 stage
 // models and collate of runtime/model/. (default_hooks.cpp)
 TrainHooks make_default_hooks(const TrainOptions& options, int rank);
+
+// The samples file's tokens as collate() reads them: byte tokens for text samples, the
+// data module's deterministic pattern for lengths-only ones. (default_hooks.cpp)
+std::shared_ptr<const TokenSource> make_dataset_token_source(std::shared_ptr<const Dataset> dataset);
 
 }  // namespace dynapipe::runtime
