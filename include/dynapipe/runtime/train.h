@@ -40,7 +40,8 @@ struct TrainOptions {
   double weight_decay = 0.0;    // AdamW weight decay. >= 0
   int plan_ahead = 2;           // iterations planned ahead of the one training. >= 1
   int planner_threads = 2;      // planning worker threads on rank 0. >= 1
-  double comm_timeout_s = 60;   // bound on every communication wait. > 0
+  double comm_timeout_s = 300;  // bound on every communication wait (a peer's whole F+B of
+                                // a large micro-batch on a CPU can take a minute). > 0
   double store_timeout_s = 300; // bound on waiting for a plan / the rendezvous. > 0
   double kill_grace_s = 5;      // launcher: SIGTERM -> SIGKILL after a rank failed
   std::string run_id;           // namespaces store keys; empty: "run-<port>"

@@ -1,5 +1,5 @@
-// How the runtime puts an IterationPlan on the wire of the plan store, and validates what
-// it reads back. Torch-free.
+// How the runtime puts an IterationPlan on the wire of the plan store (plan/'s binary
+// encoding), and validates what it reads back. Torch-free.
 #pragma once
 
 #include <cstdint>

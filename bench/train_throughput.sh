@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Measured training throughput of every strategy on this machine: `dynapipe train` on the
+# same model, data and steps, one strategy after another; a Markdown table of median
+# tokens/s (real tokens), step time, padding efficiency and the ratio to `packing`.
+#
+#   bench/train_throughput.sh                      # gpt-tiny, pp 2, max seqlen 2048
+#   MODEL=t5-tiny STEPS=4 bench/train_throughput.sh
+#
+# Environment: MODEL (gpt-tiny), PP (2), DP (1), MAX_SEQLEN (2048), TOKENS (16384 per
+# global batch), STEPS (3), THREADS (1 per rank), DATA (the bundled dataset),
+# STRATEGIES (all five), DYNAPIPE (build/dynapipe).
+set -euo pipefail
+
+DYNAPIPE=${DYNAPIPE:-build/dynapipe}
+DATA=${DATA:-assets/flan_like_mix.jsonl.gz}
+MODEL=${MODEL:-gpt-tiny}
+PP=${PP:-2}
+DP=${DP:-1}
+MAX_SEQLEN=${MAX_SEQLEN:-2048}
+TOKENS=${TOKENS:-16384}
+STEPS=${STEPS:-3}
+THREADS=${THREADS:-1}
+STRATEGIES=${STRATEGIES:-"packing dynapipe packing-varlen token-based padding"}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+echo
+echo "\`$DYNAPIPE train --data $DATA --model $MODEL --pp $PP --dp $DP --max-seqlen $MAX_SEQLEN" \
+  "--global-batch-tokens $TOKENS --steps $STEPS --threads-per-rank $THREADS --strategy S\`" \
+  "($(nproc) cores, $(date -u +%Y-%m-%d))"
+echo
+for strategy in $STRATEGIES; do
+  echo "running $strategy ..." >&2
+  "$DYNAPIPE" train --data "$DATA" --model "$MODEL" --pp "$PP" --dp "$DP" --max-seqlen "$MAX_SEQLEN" \
+    --global-batch-tokens "$TOKENS" --steps "$STEPS" --threads-per-rank "$THREADS" \
+    --strategy "$strategy" --metrics "$TMP/$strategy.jsonl" --no-progress > /dev/null
+done
+
+/usr/bin/python3 - "$TMP" $STRATEGIES <<'EOF'
+import json, statistics, sys
+tmp, strategies = sys.argv[1], sys.argv[2:]
+rows = {}
+for s in strategies:
+    steps = [json.loads(l) for l in open(f"{tmp}/{s}.jsonl")]
+    steps = [m for m in steps if not m.get("summary")]
+    # Step 0 includes warm-up (first allocations, planning the first plans): report the rest.
+    timed = steps[1:] if len(steps) > 1 else steps
+    real = sum(m["real_tokens"] for m in steps)
+    padded = sum(m["padded_tokens"] for m in steps)
+    rows[s] = dict(
+        tps=statistics.median(m["tokens_per_s"] for m in timed),
+        step=statistics.median(m["step_time_s"] for m in timed),
+        est=statistics.median(m["est_step_time_s"] for m in timed),
+        eff=real / padded if padded else 0.0,
+        loss=steps[-1]["loss"])
+base = rows.get("packing", next(iter(rows.values())))["tps"]
+print("| strategy | tokens/s (median) | vs packing | step s (median) | est. step s | padding eff. | final loss |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for s, r in rows.items():
+    print(f"| {s} | {r['tps']:.0f} | {r['tps'] / base:.2f}x | {r['step']:.2f} | {r['est']:.2f} "
+          f"| {r['eff']:.3f} | {r['loss']:.4f} |")
+EOF
