@@ -32,8 +32,8 @@ struct ProfilerOptions {
   int warmup = 2;        // untimed runs per shape. >= 0
   int repeats = 5;       // timed runs per shape; the median is kept. >= 1
   int threads = 1;       // torch::set_num_threads (training's threads-per-rank default). >= 1
-  // A shape whose stored + peak bytes (measured, or predicted from the row's previous
-  // batch) exceed this is skipped with every larger batch of its row. 0: the device's.
+  // A shape whose stored + peak bytes (measured, or extrapolated from the row's previous
+  // two batches) exceed this is skipped with every larger batch of its row. 0: the device's.
   std::int64_t memory_limit_bytes = 0;
   bool split_backward = true;   // also time backward_input + flush (bwd_input/bwd_weight_ms)
   std::uint64_t seed = 0;       // parameters and token ids

@@ -136,17 +136,19 @@ class Profiler {
   // profiled model treats a row's missing tail as out of memory).
   void measure_row(Piece& piece, ProfileLayerKind kind, Recompute mode, const Row& row,
                    const std::vector<std::int64_t>& batches, std::vector<ProfilePoint>& points) {
-    std::optional<ProfilePoint> last;  // the row's previous measured batch
+    // The row's last two measured points: memory is about linear in the batch, with an
+    // intercept (e.g. the embedding's dense table gradient), so one point predicts nothing.
+    std::optional<ProfilePoint> prev, last;
     bool out_of_memory = false;
     for (std::int64_t b : batches) {
       const Shape shape{b, row.first, row.second};
       const std::string what =
           cat(profile_layer_kind_name(kind), " ", recompute_name(mode), " b=", b, " s=", row.first,
               row.second > 0 ? cat(" d=", row.second) : std::string());
-      if (!out_of_memory && last) {
-        // Memory grows about linearly in the batch: do not run what cannot fit.
-        const double predicted = static_cast<double>(last->stored_bytes + last->peak_bytes) *
-                                 static_cast<double>(b) / static_cast<double>(last->batch);
+      if (!out_of_memory && prev && last) {
+        auto total = [](const ProfilePoint& p) { return static_cast<double>(p.stored_bytes + p.peak_bytes); };
+        const double slope = (total(*last) - total(*prev)) / static_cast<double>(last->batch - prev->batch);
+        const double predicted = total(*last) + slope * static_cast<double>(b - last->batch);
         out_of_memory = predicted > static_cast<double>(limit_);
       }
       if (!out_of_memory) {
@@ -155,7 +157,7 @@ class Profiler {
           out_of_memory = true;
         } else {
           points.push_back(p);
-          last = p;
+          prev = std::exchange(last, p);
         }
       }
       ++done_;
@@ -262,12 +264,29 @@ Profile measure_profile(const ModelSpec& spec, const ProfilerOptions& options) {
     for (ProfileLayerKind kind : profile::kinds_of(spec)) result.layers.push_back(profiler.measure_kind(kind));
   }
   // What the memory limit left must still be a valid profile (two points per axis, ...).
+  for (const ProfileLayer& layer : result.layers) {
+    for (Recompute mode : profile::modes_of(layer.kind)) {
+      const auto& points = layer.points[static_cast<int>(mode)];
+      std::set<std::int64_t> batches, lengths;
+      for (const ProfilePoint& p : points) {
+        batches.insert(p.batch);
+        lengths.insert(p.seqlen);
+      }
+      if (batches.size() < 2 || lengths.size() < 2) {
+        throw Error(ErrorKind::InvalidArgument,
+                    cat("--memory-limit ", bytes_to_gib(result.device.memory_bytes), " GiB leaves ",
+                        profile_layer_kind_name(layer.kind), " (", recompute_name(mode), ") ",
+                        points.size(), " shapes, too few for a profile (need two batch sizes and two "
+                        "lengths that fit): raise it or shrink the grid"));
+      }
+    }
+  }
   try {
     (void)parse_profile(profile_to_json(result), "measured profile");
   } catch (const Error& e) {
     throw Error(ErrorKind::InvalidArgument,
-                cat("--memory-limit ", format_gib(result.device.memory_bytes),
-                    " skips too many shapes for a usable profile (raise it or shrink the grid): ",
+                cat("--memory-limit ", bytes_to_gib(result.device.memory_bytes),
+                    " GiB skips too many shapes for a usable profile (raise it or shrink the grid): ",
                     e.what()));
   }
   return result;
