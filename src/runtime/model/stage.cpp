@@ -190,10 +190,13 @@ class TransformerStage : public StageModel {
         require_input(input, rows, len);
         x = input;
       }
-      auto self = std::make_shared<const AttentionLayout>(
-          make_self_layout(batch.segments, /*causal=*/true, batch.mode));
-      BlockContext ctx = context(self, nullptr);
-      for (auto& block : enc_blocks_) x = run_block(block, x, at::Tensor(), ctx);
+      // No layout for a stage without blocks (an embedding- or head-only stage).
+      if (!enc_blocks_.empty()) {
+        auto self = std::make_shared<const AttentionLayout>(
+            make_self_layout(batch.segments, /*causal=*/true, batch.mode));
+        BlockContext ctx = context(self, nullptr);
+        for (auto& block : enc_blocks_) x = run_block(block, x, at::Tensor(), ctx);
+      }
       if (head_) return {at::Tensor(), head_->forward(x, batch.labels, batch.loss_scale)};
       return {x, at::Tensor()};
     }

@@ -1,0 +1,102 @@
+// `dynapipe profile`: measures this machine with the runtime's own layers and writes a
+// profile (docs/profile-format.md) that `--cost-model PROFILE.json` plans with. The
+// runtime does the work (dynapipe/runtime/profiler.h); this file maps flags and draws
+// the progress bar.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/command.h"
+#include "cli/output_file.h"
+#include "dynapipe/core/units.h"
+#include "dynapipe/cost/model_spec.h"
+#include "dynapipe/cost/profile.h"
+#include "dynapipe/runtime/profiler.h"
+
+namespace dynapipe::cli {
+
+namespace {
+
+struct ProfileArgs {
+  std::string model = "gpt-tiny";
+  std::string out;
+  double memory_limit_gib = 0;
+  bool no_progress = false;
+  bool no_split_backward = false;
+  runtime::ProfilerOptions options;
+};
+
+// A bar redrawn in place on a terminal; elsewhere (logs, CI) a line per tenth.
+std::function<void(const runtime::ProfileProgress&)> progress_printer() {
+  const bool tty = isatty(fileno(stderr)) != 0;
+  auto last_tenth = std::make_shared<int>(-1);
+  return [tty, last_tenth](const runtime::ProfileProgress& p) {
+    if (tty) {
+      constexpr int kWidth = 30;
+      const int filled = p.total > 0 ? p.done * kWidth / p.total : kWidth;
+      std::fprintf(stderr, "\r[%s%s] %d/%d %-48s", std::string(filled, '#').c_str(),
+                   std::string(kWidth - filled, ' ').c_str(), p.done, p.total, p.what.c_str());
+      if (p.done == p.total) std::fputc('\n', stderr);
+    } else {
+      const int tenth = p.total > 0 ? p.done * 10 / p.total : 10;
+      if (tenth == *last_tenth) return;
+      *last_tenth = tenth;
+      std::fprintf(stderr, "profile: %d/%d shapes (%s)\n", p.done, p.total, p.what.c_str());
+    }
+    std::fflush(stderr);
+  };
+}
+
+void setup_profile(CLI::App& app) {
+  auto args = std::make_shared<ProfileArgs>();
+  auto& o = args->options;
+  auto* cmd = app.add_subcommand("profile", "Measure this machine's per-layer costs into a profile JSON");
+  cmd->add_option("--model", args->model, "Model preset or JSON file")->capture_default_str();
+  cmd->add_option("--out", args->out, "The profile to write")->required();
+  cmd->add_option("--batch-sizes", o.grid.batches, "Micro-batch sizes, comma-separated")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--seqlens", o.grid.seqlens, "Sequence lengths (T5: encoder), comma-separated")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--dec-seqlens", o.grid.dec_seqlens, "T5 decoder lengths, comma-separated")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "Untimed runs per shape")->capture_default_str();
+  cmd->add_option("--repeats", o.repeats, "Timed runs per shape (the median is kept)")
+      ->capture_default_str();
+  cmd->add_option("--threads", o.threads, "LibTorch intra-op threads (as --threads-per-rank)")
+      ->capture_default_str();
+  cmd->add_option("--memory-limit", args->memory_limit_gib,
+                  "GiB; skip shapes whose stored + peak bytes exceed it (default: the cpu preset's)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--seed", o.seed, "Seed of parameters and token ids")->capture_default_str();
+  cmd->add_flag("--no-split-backward", args->no_split_backward,
+                "Do not time backward_input/flush (bwd_input_ms, bwd_weight_ms are left out)");
+  cmd->add_flag("--no-progress", args->no_progress, "No progress output on stderr");
+  cmd->callback([args] {
+    auto& options = args->options;
+    const ModelSpec spec = load_model_spec(args->model);
+    options.memory_limit_bytes = gib_to_bytes(args->memory_limit_gib);
+    options.split_backward = !args->no_split_backward;
+    if (!args->no_progress) options.progress = progress_printer();
+    const auto start = std::chrono::steady_clock::now();
+    const Profile profile = runtime::measure_profile(spec, options);
+    write_file_atomically(args->out, profile_to_json(profile));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::size_t points = 0;
+    for (const auto& layer : profile.layers) {
+      for (const auto& table : layer.points) points += table.size();
+    }
+    std::printf("profiled %s: %zu points in %.1f s -> %s\n", spec.name.c_str(), points, seconds,
+                args->out.c_str());
+  });
+}
+
+const bool registered = register_command({"profile", &setup_profile});
+
+}  // namespace
+
+}  // namespace dynapipe::cli
