@@ -63,6 +63,8 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--checkpoint-every", o.checkpoint_every, "Save every N steps (0: only at the end)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))->capture_default_str();
   cmd->add_flag("--resume", o.resume, "Continue from --checkpoint-dir's latest checkpoint");
+  cmd->add_flag("--refine-cost-model", o.refine_cost_model,
+                "Scale the cost model's forward/backward times by what each stage measures, step by step");
   cmd->add_option("--dropout", o.dropout, "Dropout probability (0: deterministic)")
       ->check(CLI::Range(0.0, 0.999))->capture_default_str();
   cmd->add_option("--lr", o.lr, "AdamW learning rate")->check(CLI::PositiveNumber)->capture_default_str();

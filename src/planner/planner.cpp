@@ -71,7 +71,8 @@ double percentile(std::vector<double> values, double q) {
 struct Planner::Impl {
   PlanConfig config;
   PlannerOptions options;
-  std::unique_ptr<CostModel> cost;              // pp stages
+  std::shared_ptr<const CostModel> base_cost;   // pp stages, as configured
+  std::shared_ptr<const CostModel> cost;        // base_cost, calibrated when asked
   std::unique_ptr<CostModel> interleaved_cost;  // pp * chunks stages, when interleaving applies
   std::int64_t memory_limit_bytes = 0;
   BatchingOptions batching;
@@ -86,7 +87,9 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   CostModelOptions cost_options;
   cost_options.num_stages = config.pp;
   cost_options.seqlen_multiple = config.seqlen_multiple;
-  m.cost = make_cost_model(config.cost_model, config.model, cost_options);
+  m.base_cost = make_cost_model(config.cost_model, config.model, cost_options);
+  m.cost = options.calibration ? make_calibrated_cost_model(m.base_cost, options.calibration)
+                               : m.base_cost;
 
   const bool interleaving_possible =
       config.pp > 1 && config.model.total_layers() >= config.pp * kInterleavedChunks;
@@ -137,6 +140,7 @@ Planner::~Planner() = default;
 
 const PlanConfig& Planner::config() const { return impl_->config; }
 const CostModel& Planner::cost_model() const { return *impl_->cost; }
+const CostModel& Planner::base_cost_model() const { return *impl_->base_cost; }
 
 IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
   const Impl& m = *impl_;

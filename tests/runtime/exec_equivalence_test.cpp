@@ -69,8 +69,8 @@ TrainOptions train_options(const PlanConfig& config) {
   return options;
 }
 
-// Per-step losses of the planned, pipelined, data-parallel run (ranks as threads).
-std::vector<double> pipelined_losses(const TrainOptions& options) {
+// Summary of the planned, pipelined, data-parallel run (ranks as threads).
+TrainSummary pipelined_run(const TrainOptions& options) {
   const int pp = options.plan.pp, dp = options.plan.dp, world = pp * dp;
   auto pipe = make_local_communicators(world);
   std::vector<std::vector<std::unique_ptr<Communicator>>> dp_groups;
@@ -86,8 +86,10 @@ std::vector<double> pipelined_losses(const TrainOptions& options) {
     auto s = train_rank(options, context, make_default_hooks(options, rank));
     if (rank == 0) summary = s;
   });
-  return summary.losses;
+  return summary;
 }
+
+std::vector<double> pipelined_losses(const TrainOptions& options) { return pipelined_run(options).losses; }
 
 // Per-step losses of one process training the whole model on each whole global batch:
 // one padded micro-batch, loss = Σ token losses / target tokens of the batch.
@@ -159,6 +161,19 @@ void check_every_schedule(ModelKind kind) {
     expect_same_losses(expected, pipelined_losses(options),
                        cat(model_kind_name(kind), " schedule ", schedule));
   }
+}
+
+// --refine-cost-model changes the plans as it learns, never the math.
+TEST(EquivalenceTest, RefiningTheCostModelKeepsTheLossesAndLearnsFactors) {
+  auto options = train_options(plan_config(ModelKind::Gpt, "dynapipe", 2, 1));
+  const auto expected = single_process_losses(options);
+  options.refine_cost_model = true;
+  const TrainSummary summary = pipelined_run(options);
+  expect_same_losses(expected, summary.losses, "gpt dynapipe pp 2, refined");
+  EXPECT_NE(summary.cost_calibration.find("stage 1: fwd x"), std::string::npos) << summary.cost_calibration;
+  // The analytic CPU model is not exact: after 10 steps some factor has moved off 1.
+  EXPECT_EQ(summary.cost_calibration.find("stage 0: fwd x1.00 bwd x1.00, stage 1: fwd x1.00 bwd x1.00"),
+            std::string::npos) << summary.cost_calibration;
 }
 
 TEST(EquivalenceTest, GptEveryStrategyPpDpMatchesSingleProcess) { check_every_strategy(ModelKind::Gpt); }

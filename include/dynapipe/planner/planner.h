@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "dynapipe/core/sample.h"
+#include "dynapipe/cost/calibration.h"
 #include "dynapipe/cost/cost_model.h"
 #include "dynapipe/plan/execution_plan.h"
 
@@ -26,6 +27,10 @@ struct PlannerOptions {
   bool fixed_layout = false;
   // Verify every lowered plan (deadlock freedom, dependencies, buffers). Default: true.
   bool verify = true;
+  // Scale the cost model's times by these measured factors (`train --refine-cost-model`);
+  // read at every plan_iteration(), so plans follow the calibration as it learns. Needs
+  // config.pp stages; the interleaved model, if any, stays uncalibrated. Default: none.
+  std::shared_ptr<const CostCalibration> calibration;
 };
 
 class Planner {
@@ -39,7 +44,8 @@ class Planner {
 
   // The config as planned: memory limit resolved, chunks set when interleaving applies.
   const PlanConfig& config() const;
-  const CostModel& cost_model() const;
+  const CostModel& cost_model() const;       // calibrated, when a calibration is given
+  const CostModel& base_cost_model() const;  // as configured, never calibrated
 
   // Plans one iteration. Throws Infeasible (naming micro-batch, stage and bytes) when no
   // schedule x recompute fits the memory limit.

@@ -35,6 +35,8 @@ struct TrainOptions {
   std::int64_t checkpoint_every = 0;  // save every N steps (and at the end); 0: only at the end
                                       // when checkpoint_dir is set
   bool resume = false;          // continue from checkpoint_dir's latest checkpoint
+  bool refine_cost_model = false;  // fold measured forward/backward times into the planner's
+                                   // cost model after every step (docs/runtime.md)
   double dropout = 0.0;         // 0 makes training deterministic. [0, 1)
   double lr = 3e-4;             // AdamW learning rate. > 0
   double weight_decay = 0.0;    // AdamW weight decay. >= 0
@@ -65,6 +67,7 @@ struct TrainSummary {
   std::int64_t peak_memory_bytes = 0;      // largest over ranks and steps
   std::int64_t est_peak_memory_bytes = 0;  // the plans' largest estimate
   std::vector<double> losses;        // per step, from step 0 (restored ones included)
+  std::string cost_calibration;      // --refine-cost-model: the learnt factors at the end
   // True in the process that reports the run to the user: the launcher, a one-rank job,
   // or rank 0 of a torchrun-style job. Ranks started by our launcher and other ranks
   // return false (their summary is empty or already reported).

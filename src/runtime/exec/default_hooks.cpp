@@ -2,6 +2,7 @@
 // runtime/model/ stage models + collate. This is the one file that binds the executor to
 // the modules it runs; each hook below is the single place to wire its module.
 #include "dynapipe/core/error.h"
+#include "dynapipe/cost/calibration.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/global_batch.h"
 #include "dynapipe/data/truncation.h"
@@ -36,6 +37,26 @@ class DatasetTokenSource final : public TokenSource {
   std::shared_ptr<const Dataset> dataset_;
 };
 
+// What the uncalibrated model estimated for the work each device measured (averaged over
+// replicas, like the measurement), folded into the calibration.
+void refine(CostCalibration& calibration, const CostModel& base, const IterationPlan& plan,
+            const std::vector<MeasuredStageTimes>& devices) {
+  const double replicas = static_cast<double>(plan.replicas.size());
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    const int stage = static_cast<int>(d);
+    TimeObservation forward{.measured_ms = devices[d].forward_ms};
+    TimeObservation backward{.measured_ms = devices[d].backward_ms};
+    for (const ReplicaPlan& replica : plan.replicas) {
+      for (const MicroBatch& mb : replica.microbatches) {
+        const StageCost cost = base.stage_cost(stage, mb.shape, mb.density, replica.recompute);
+        forward.base_ms += cost.fwd_ms / replicas;
+        backward.base_ms += cost.bwd_ms / replicas;
+      }
+    }
+    calibration.observe(stage, forward, backward);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<const TokenSource> make_dataset_token_source(std::shared_ptr<const Dataset> dataset) {
@@ -62,7 +83,19 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
     }
     PlannerOptions planner_options;
     planner_options.fixed_layout = true;
+    std::shared_ptr<CostCalibration> calibration;
+    if (options.refine_cost_model) {
+      calibration = std::make_shared<CostCalibration>(config.pp);
+      planner_options.calibration = calibration;
+    }
     auto planner = std::make_shared<const Planner>(config, planner_options);
+    if (calibration) {
+      hooks.observe_step = [planner, calibration](const IterationPlan& plan,
+                                                  const std::vector<MeasuredStageTimes>& devices) {
+        refine(*calibration, planner->base_cost_model(), plan, devices);
+      };
+      hooks.describe_refinement = [calibration] { return calibration->describe(); };
+    }
     hooks.produce_plan = [batches, planner](std::int64_t i) {
       GlobalBatch batch = (*batches)[i % batches->size()];
       batch.index = i;  // data position i, cycling through the data

@@ -124,7 +124,8 @@ std::string summary_to_json(const TrainSummary& s) {
               {"padding_efficiency", s.padding_efficiency},
               {"peak_memory_bytes", s.peak_memory_bytes},
               {"est_peak_memory_bytes", s.est_peak_memory_bytes},
-              {"losses", s.losses}}
+              {"losses", s.losses},
+              {"cost_calibration", s.cost_calibration}}
       .dump();
 }
 
@@ -143,6 +144,7 @@ TrainSummary summary_from_json(const std::string& text) {
     s.peak_memory_bytes = j.at("peak_memory_bytes").get<std::int64_t>();
     s.est_peak_memory_bytes = j.at("est_peak_memory_bytes").get<std::int64_t>();
     s.losses = j.at("losses").get<std::vector<double>>();
+    s.cost_calibration = j.value("cost_calibration", "");
     return s;
   } catch (const std::exception& e) {
     throw Error(ErrorKind::ParseError, cat("training summary must be JSON, got error: ", e.what()));
@@ -188,7 +190,9 @@ std::string format_summary(const TrainSummary& s) {
                 s.padding_efficiency, s.median_planning_ms, s.median_step_time_s,
                 s.median_est_step_time_s, static_cast<double>(s.peak_memory_bytes) / (1 << 20),
                 static_cast<double>(s.est_peak_memory_bytes) / (1 << 20));
-  return buffer;
+  std::string out = buffer;
+  if (!s.cost_calibration.empty()) out += "cost model refined    " + s.cost_calibration + "\n";
+  return out;
 }
 
 MetricsFile::MetricsFile(const std::string& path, const std::vector<StepMetrics>& restored) : path_(path) {

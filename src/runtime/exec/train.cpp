@@ -187,6 +187,21 @@ torch::Tensor gather_rows(const RankContext& c, const IterationResult& r, std::i
   return rows;
 }
 
+// Per device: forward and backward ms of the step, averaged over the device's replicas.
+std::vector<MeasuredStageTimes> measured_stage_times(const torch::Tensor& rows, int pp) {
+  auto acc = rows.accessor<double, 2>();
+  std::vector<MeasuredStageTimes> devices(static_cast<std::size_t>(pp));
+  const int replicas = static_cast<int>(rows.size(0)) / pp;
+  auto ms = [&](int rank, InstructionOp op) { return acc[rank][kFixedFields + static_cast<int>(op)]; };
+  for (int rank = 0; rank < rows.size(0); ++rank) {
+    MeasuredStageTimes& d = devices[static_cast<std::size_t>(rank % pp)];
+    d.forward_ms += ms(rank, InstructionOp::Forward) / replicas;
+    d.backward_ms += (ms(rank, InstructionOp::Backward) + ms(rank, InstructionOp::BackwardInput) +
+                      ms(rank, InstructionOp::BackwardWeight)) / replicas;
+  }
+  return devices;
+}
+
 StepMetrics step_metrics(std::int64_t step, const IterationPlan& plan, const torch::Tensor& rows) {
   StepMetrics m;
   m.step = step;
@@ -299,6 +314,7 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
       auto gathered = gather_rows(c, result, peak_rss_bytes(), comm_timeout);
       if (c.rank == 0) {
         auto m = step_metrics(step, plan, gathered);
+        if (hooks.observe_step) hooks.observe_step(plan, measured_stage_times(gathered, c.pp));
         rows.push_back(m);
         if (metrics) metrics->append(m);
         progress->update(m);
@@ -313,7 +329,9 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
     if (c.rank == 0) {
       progress->done();
       if (metrics) metrics->finish(rows);
-      return summarize_steps(rows);
+      TrainSummary summary = summarize_steps(rows);
+      if (hooks.describe_refinement) summary.cost_calibration = hooks.describe_refinement();
+      return summary;
     }
     return {};
   } catch (const std::exception& e) {

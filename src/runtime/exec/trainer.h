@@ -19,6 +19,12 @@
 
 namespace dynapipe::runtime {
 
+// Compute time one pipeline device spent on a step, averaged over its replicas.
+struct MeasuredStageTimes {
+  double forward_ms = 0;
+  double backward_ms = 0;  // Backward + BackwardInput + BackwardWeight
+};
+
 struct TrainHooks {
   int num_stages = 1;  // virtual stages of the pipeline (pp x chunks)
   // Rank 0 only: plans iteration i (its global batch is data position i, cycling) and
@@ -27,6 +33,11 @@ struct TrainHooks {
   // Builds the model of one virtual stage (same parameters whatever the process).
   std::function<std::shared_ptr<StageModel>(int stage)> make_stage;
   CollateFn collate;  // this rank's micro-batch tensors
+  // Rank 0 only, optional: after every step, what each pipeline device measured
+  // (--refine-cost-model feeds it to the planner's calibration), and a one-line account
+  // of what was learnt for the summary.
+  std::function<void(const IterationPlan& plan, const std::vector<MeasuredStageTimes>& devices)> observe_step;
+  std::function<std::string()> describe_refinement;
 };
 
 struct RankContext {
