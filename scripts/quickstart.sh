@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2
-build/dynapipe plan --samples assets/flan_like_mix.jsonl.gz --model gpt-6.7b --pp 4 \
-  --max-seqlen 4096 --global-batch-tokens 65536 --memory-limit 40 \
-  --cost-model analytic:a100-40g --iterations 4 --out build/plan.json
+# The main job: train gpt-tiny in two pipeline stages (two processes) on the bundled data,
+# planning every iteration with dynapipe; a summary with measured vs estimated figures.
+build/dynapipe train --data assets/flan_like_mix.jsonl.gz --model gpt-tiny --pp 2 \
+  --strategy dynapipe --max-seqlen 1024 --global-batch-tokens 8192 --steps 20 \
+  --metrics build/quickstart-metrics.jsonl
