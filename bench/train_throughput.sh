@@ -21,8 +21,15 @@ TOKENS=${TOKENS:-16384}
 STEPS=${STEPS:-3}
 THREADS=${THREADS:-1}
 STRATEGIES=${STRATEGIES:-"packing dynapipe packing-varlen token-based padding"}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+# A receive waits for the peer's whole F+B of a micro-batch: padding's 30-row x 2048
+# micro-batches take minutes on a CPU.
+COMM_TIMEOUT=${COMM_TIMEOUT:-3600}
+# METRICS_DIR keeps every run's metrics JSONL (default: a temporary directory).
+if [ -n "${METRICS_DIR:-}" ]; then
+  TMP=$METRICS_DIR; mkdir -p "$TMP"
+else
+  TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+fi
 
 echo
 echo "\`$DYNAPIPE train --data $DATA --model $MODEL --pp $PP --dp $DP --max-seqlen $MAX_SEQLEN" \
@@ -33,7 +40,8 @@ for strategy in $STRATEGIES; do
   echo "running $strategy ..." >&2
   "$DYNAPIPE" train --data "$DATA" --model "$MODEL" --pp "$PP" --dp "$DP" --max-seqlen "$MAX_SEQLEN" \
     --global-batch-tokens "$TOKENS" --steps "$STEPS" --threads-per-rank "$THREADS" \
-    --strategy "$strategy" --metrics "$TMP/$strategy.jsonl" --no-progress > /dev/null
+    --strategy "$strategy" --metrics "$TMP/$strategy.jsonl" --no-progress \
+    --comm-timeout "$COMM_TIMEOUT" > /dev/null || echo "$strategy failed; see above" >&2
 done
 
 /usr/bin/python3 - "$TMP" $STRATEGIES <<'EOF'
@@ -41,8 +49,13 @@ import json, statistics, sys
 tmp, strategies = sys.argv[1], sys.argv[2:]
 rows = {}
 for s in strategies:
-    steps = [json.loads(l) for l in open(f"{tmp}/{s}.jsonl")]
+    try:
+        steps = [json.loads(l) for l in open(f"{tmp}/{s}.jsonl")]
+    except FileNotFoundError:
+        continue
     steps = [m for m in steps if not m.get("summary")]
+    if not steps:
+        continue
     # Step 0 includes warm-up (first allocations, planning the first plans): report the rest.
     timed = steps[1:] if len(steps) > 1 else steps
     real = sum(m["real_tokens"] for m in steps)

@@ -68,6 +68,21 @@ double percentile(std::vector<double> values, double q) {
 
 }  // namespace
 
+namespace {
+
+struct ReplicaChoice {
+  std::vector<MicroBatch> microbatches;
+  std::vector<SearchCandidate> candidates;
+  SearchResult best;
+};
+
+struct Choice {
+  std::vector<ReplicaChoice> replicas;
+  double est_ms = 0;  // the slowest replica's simulated makespan
+};
+
+}  // namespace
+
 struct Planner::Impl {
   PlanConfig config;
   PlannerOptions options;
@@ -75,12 +90,51 @@ struct Planner::Impl {
   std::shared_ptr<const CostModel> cost;        // base_cost, calibrated when asked
   std::unique_ptr<CostModel> interleaved_cost;  // pp * chunks stages, when interleaving applies
   std::int64_t memory_limit_bytes = 0;
+  std::int64_t max_static_bytes = 0;  // the largest stage's parameters, grads, optimizer
   BatchingOptions batching;
+
+  Choice search(const GlobalBatch& batch, const BatchingOptions& options) const;
 };
+
+// Micro-batches under `options`, then the best schedule x recompute of every replica.
+Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& options) const {
+  const Impl& m = *this;
+  const BatchingResult batching = make_microbatches(batch, *m.cost, options);
+  Choice choice;
+  for (std::size_t r = 0; r < batching.replicas.size(); ++r) {
+    ReplicaChoice replica;
+    replica.microbatches = batching.replicas[r];
+    if (replica.microbatches.empty()) {
+      throw Error(ErrorKind::Infeasible,
+                  cat("iteration ", batch.index, ": ", batch.samples.size(),
+                      " samples cannot feed --dp ", m.config.dp,
+                      " replicas; raise --global-batch-tokens or lower --dp"));
+    }
+    replica.candidates = make_search_candidates(m.config.schedule, *m.cost, m.interleaved_cost.get(),
+                                                replica.microbatches, m.config.pp, m.memory_limit_bytes);
+    SearchOptions search_options;
+    search_options.seed = m.config.seed;
+    try {
+      replica.best = search_schedule(replica.candidates, search_options);
+    } catch (const Error& e) {
+      throw Error(e.kind(), cat("iteration ", batch.index, " replica ", r, ": ", e.what()));
+    }
+    choice.est_ms = std::max(choice.est_ms, replica.best.sim.makespan_ms);
+    choice.replicas.push_back(std::move(replica));
+  }
+  return choice;
+}
+
 
 Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
     : impl_(std::make_unique<Impl>()) {
   validate_config(config);
+  for (double share : options.activation_budget_shares) {
+    if (!(share > 0 && share < 1)) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("activation budget share must be in (0, 1), got ", share));
+    }
+  }
   Impl& m = *impl_;
   m.config = config;
   m.options = options;
@@ -114,6 +168,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   if (config.memory_limit_gib <= 0) m.config.memory_limit_gib = bytes_to_gib(m.memory_limit_bytes);
   for (int stage = 0; stage < m.cost->num_stages(); ++stage) {
     const std::int64_t static_bytes = m.cost->static_bytes(stage);
+    m.max_static_bytes = std::max(m.max_static_bytes, static_bytes);
     if (static_bytes >= m.memory_limit_bytes) {
       throw Error(ErrorKind::Infeasible,
                   cat("--memory-limit ", format_gib(m.memory_limit_bytes),
@@ -151,27 +206,29 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
   iteration.sample_ids.reserve(batch.samples.size());
   for (const Sample& s : batch.samples) iteration.sample_ids.push_back(s.id);
 
-  const BatchingResult batching = make_microbatches(batch, *m.cost, m.batching);
+  Choice choice = m.search(batch, m.batching);
+  if (m.batching.strategy == Strategy::DynaPipe) {
+    // The DP sizes micro-batches to the 1F1B memory rule; schedules that keep more in
+    // flight (zb1p, cyclic) may only fit smaller ones. Also try the DP under a tighter
+    // activation budget and keep whichever simulates faster.
+    for (double share : m.options.activation_budget_shares) {
+      BatchingOptions tighter = m.batching;
+      tighter.memory_limit_bytes =
+          m.max_static_bytes +
+          static_cast<std::int64_t>(share * static_cast<double>(m.memory_limit_bytes - m.max_static_bytes));
+      try {
+        Choice other = m.search(batch, tighter);
+        if (other.est_ms < choice.est_ms) choice = std::move(other);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Infeasible) throw;  // a sample alone no longer fits: skip
+      }
+    }
+  }
   std::int64_t real_tokens = 0, computed_tokens = 0;
-  for (std::size_t r = 0; r < batching.replicas.size(); ++r) {
-    const std::vector<MicroBatch>& microbatches = batching.replicas[r];
-    if (microbatches.empty()) {
-      throw Error(ErrorKind::Infeasible,
-                  cat("iteration ", batch.index, ": ", batch.samples.size(),
-                      " samples cannot feed --dp ", m.config.dp,
-                      " replicas; raise --global-batch-tokens or lower --dp"));
-    }
-    const std::vector<SearchCandidate> candidates = make_search_candidates(
-        m.config.schedule, *m.cost, m.interleaved_cost.get(), microbatches, m.config.pp,
-        m.memory_limit_bytes);
-    SearchOptions search_options;
-    search_options.seed = m.config.seed;
-    SearchResult best;
-    try {
-      best = search_schedule(candidates, search_options);
-    } catch (const Error& e) {
-      throw Error(e.kind(), cat("iteration ", batch.index, " replica ", r, ": ", e.what()));
-    }
+  for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
+    const std::vector<MicroBatch>& microbatches = choice.replicas[r].microbatches;
+    const std::vector<SearchCandidate>& candidates = choice.replicas[r].candidates;
+    const SearchResult& best = choice.replicas[r].best;
     const SearchCandidate& chosen = candidates[best.candidate];
     const CostModel& stage_model =
         chosen.problem.layout.chunks > 1 ? *m.interleaved_cost : *m.cost;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "dynapipe/core/sample.h"
 #include "dynapipe/cost/calibration.h"
@@ -31,6 +32,11 @@ struct PlannerOptions {
   // read at every plan_iteration(), so plans follow the calibration as it learns. Needs
   // config.pp stages; the interleaved model, if any, stays uncalibrated. Default: none.
   std::shared_ptr<const CostCalibration> calibration;
+  // dynapipe only: besides the full memory budget, also run the DP with these shares of
+  // the activation budget (memory limit minus static memory) and keep the plan that
+  // simulates fastest. The DP sizes micro-batches to the 1F1B memory rule; schedules that
+  // keep more micro-batches in flight (zb1p, cyclic) may fit only smaller ones.
+  std::vector<double> activation_budget_shares = {0.75};
 };
 
 class Planner {
