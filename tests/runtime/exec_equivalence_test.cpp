@@ -176,6 +176,26 @@ TEST(EquivalenceTest, RefiningTheCostModelKeepsTheLossesAndLearnsFactors) {
             std::string::npos) << summary.cost_calibration;
 }
 
+// Checkpoint + --resume with the real models: the resumed run's losses are the
+// uninterrupted run's, bit for bit.
+TEST(EquivalenceTest, ResumeWithRealModelsReproducesTheUninterruptedRun) {
+  const auto dir = fs::temp_directory_path() / cat("dynapipe_resume_real_", ::getpid());
+  fs::remove_all(dir);
+  auto options = train_options(plan_config(ModelKind::T5, "dynapipe", 2, 2));
+  options.steps = 6;
+  const auto uninterrupted = pipelined_losses(options);
+  options.checkpoint_dir = dir.string();
+  options.checkpoint_every = 3;
+  options.steps = 3;
+  pipelined_losses(options);
+  options.steps = 6;
+  options.resume = true;
+  const auto resumed = pipelined_losses(options);
+  ASSERT_EQ(resumed.size(), 6u);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(resumed[i], uninterrupted[i]) << "step " << i;
+  fs::remove_all(dir);
+}
+
 TEST(EquivalenceTest, GptEveryStrategyPpDpMatchesSingleProcess) { check_every_strategy(ModelKind::Gpt); }
 TEST(EquivalenceTest, T5EveryStrategyPpDpMatchesSingleProcess) { check_every_strategy(ModelKind::T5); }
 TEST(EquivalenceTest, GptEveryScheduleMatchesSingleProcess) { check_every_schedule(ModelKind::Gpt); }
