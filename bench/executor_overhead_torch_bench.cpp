@@ -4,8 +4,8 @@
 // model, same AdamW. pp = 1, so no communication is involved: the difference is the
 // executor itself. Both collate their micro-batches inside the timed step.
 //
-//   build/bench/executor_overhead_torch_bench --benchmark_repetitions=5 \
-//       --benchmark_report_aggregates_only=true
+//   build/bench/executor_overhead_torch_bench --benchmark_repetitions=5
+//       (add --benchmark_report_aggregates_only=true for medians only)
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
@@ -36,14 +36,13 @@ struct Setup {
     config.max_seqlen = max_seqlen;
     config.max_target_len = config.model.kind == ModelKind::T5 ? 512 : max_seqlen;
     config.global_batch_tokens = tokens_per_batch;
-    TruncationLimits limits;
-    limits.kind = config.model.kind;
-    limits.max_seqlen = config.max_seqlen;
-    limits.max_target_len = config.max_target_len;
+    const TruncationLimits limits = truncation_limits(config);
     dataset = std::make_shared<const Dataset>(Dataset::load(config.samples_path, limits));
     tokens = make_dataset_token_source(dataset);
     const GlobalBatch batch = form_global_batches(*dataset, tokens_per_batch, 1).at(0);
-    plan = Planner(config, {.fixed_layout = true}).plan_iteration(batch);
+    PlannerOptions options;
+    options.fixed_layout = true;
+    plan = Planner(config, options).plan_iteration(batch);
     double target = 0;
     for (const MicroBatch& mb : plan.replicas[0].microbatches) target += mb.target_tokens;
     loss_scale = 1.0 / target;

@@ -58,10 +58,7 @@ PlanConfig config_of(const Setting& s) {
 }
 
 std::vector<GlobalBatch> batches_of(const PlanConfig& config) {
-  TruncationLimits limits;
-  limits.kind = config.model.kind;
-  limits.max_seqlen = config.max_seqlen;
-  limits.max_target_len = config.max_target_len;
+  const TruncationLimits limits = truncation_limits(config);
   const Dataset data = Dataset::load(config.samples_path, limits);
   return form_global_batches(data.samples(), data.truncated_ids(), config.global_batch_tokens,
                              kBatches);

@@ -13,10 +13,7 @@
 namespace dynapipe::cli {
 
 std::vector<GlobalBatch> load_global_batches(const PlanConfig& config) {
-  TruncationLimits options;
-  options.kind = config.model.kind;
-  options.max_seqlen = config.max_seqlen;
-  options.max_target_len = config.max_target_len;
+  const TruncationLimits options = truncation_limits(config);
   const Dataset dataset = Dataset::load(config.samples_path, options);
   std::vector<GlobalBatch> batches = form_global_batches(
       dataset.samples(), dataset.truncated_ids(), config.global_batch_tokens, config.iterations);

@@ -286,6 +286,14 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
   return iteration;
 }
 
+TruncationLimits truncation_limits(const PlanConfig& config) {
+  TruncationLimits limits;
+  limits.kind = config.model.kind;
+  limits.max_seqlen = config.max_seqlen;
+  limits.max_target_len = config.max_target_len;
+  return limits;
+}
+
 PlanSummary summarize(const std::vector<IterationPlan>& iterations) {
   PlanSummary summary;
   summary.iterations = static_cast<std::int64_t>(iterations.size());

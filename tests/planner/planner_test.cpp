@@ -16,6 +16,15 @@
 namespace dynapipe {
 namespace {
 
+PlannerOptions options_with(bool fixed_layout, std::vector<double> shares = {0.75},
+                            std::shared_ptr<const CostCalibration> calibration = nullptr) {
+  PlannerOptions options;
+  options.fixed_layout = fixed_layout;
+  options.activation_budget_shares = std::move(shares);
+  options.calibration = std::move(calibration);
+  return options;
+}
+
 PlanConfig gpt_config(const std::string& strategy, int pp, int dp, std::int64_t max_seqlen) {
   PlanConfig config;
   config.model = load_model_spec("gpt-6.7b");
@@ -32,10 +41,7 @@ PlanConfig gpt_config(const std::string& strategy, int pp, int dp, std::int64_t 
 }
 
 std::vector<GlobalBatch> batches_of(const PlanConfig& config, std::int64_t count) {
-  TruncationLimits limits;
-  limits.kind = config.model.kind;
-  limits.max_seqlen = config.max_seqlen;
-  limits.max_target_len = config.max_target_len;
+  const TruncationLimits limits = truncation_limits(config);
   static std::map<std::int64_t, Dataset> cache;  // loading is the slow part
   auto it = cache.find(config.max_seqlen);
   if (it == cache.end()) it = cache.emplace(config.max_seqlen, Dataset::load(config.samples_path, limits)).first;
@@ -46,7 +52,7 @@ TEST(PlannerTest, EveryStrategyCoversTheBatchWithinMemoryDeterministically) {
   for (const char* strategy : {"dynapipe", "padding", "packing", "packing-varlen", "token-based"}) {
     for (int dp : {1, 2}) {
       const PlanConfig config = gpt_config(strategy, 4, dp, 2048);
-      const Planner planner(config, {.fixed_layout = true});
+      const Planner planner(config, options_with(true));
       for (const GlobalBatch& batch : batches_of(config, 3)) {
         const IterationPlan plan = planner.plan_iteration(batch);
         ASSERT_EQ(plan.replicas.size(), static_cast<std::size_t>(dp));
@@ -73,8 +79,8 @@ TEST(PlannerTest, TighterActivationBudgetsNeverMakeThePlanSlower) {
   int improved = 0;
   for (std::int64_t max_seqlen : {1024, 2048, 4096}) {
     const PlanConfig config = gpt_config("dynapipe", 4, 1, max_seqlen);
-    const Planner full_only(config, {.activation_budget_shares = {}});
-    const Planner with_tighter(config, {});
+    const Planner full_only(config, options_with(false, {}));
+    const Planner with_tighter(config, options_with(false));
     for (const GlobalBatch& batch : batches_of(config, 3)) {
       const double a = full_only.plan_iteration(batch).est_iteration_ms;
       const double b = with_tighter.plan_iteration(batch).est_iteration_ms;
@@ -89,8 +95,8 @@ TEST(PlannerTest, TighterActivationBudgetsNeverMakeThePlanSlower) {
 TEST(PlannerTest, CalibrationScalesTheEstimates) {
   const PlanConfig config = gpt_config("dynapipe", 4, 1, 2048);
   auto calibration = std::make_shared<CostCalibration>(4);
-  const Planner base(config, {.fixed_layout = true});
-  const Planner calibrated(config, {.fixed_layout = true, .calibration = calibration});
+  const Planner base(config, options_with(true));
+  const Planner calibrated(config, options_with(true, {0.75}, calibration));
   const GlobalBatch batch = batches_of(config, 1).at(0);
   const double before = calibrated.plan_iteration(batch).est_iteration_ms;
   EXPECT_DOUBLE_EQ(before, base.plan_iteration(batch).est_iteration_ms);
@@ -107,7 +113,7 @@ TEST(PlannerTest, BadBudgetSharesAreRejected) {
   const PlanConfig config = gpt_config("dynapipe", 4, 1, 2048);
   for (double share : {0.0, 1.5, -0.2}) {
     try {
-      Planner planner(config, {.activation_budget_shares = {share}});
+      Planner planner(config, options_with(false, {share}));
       ADD_FAILURE() << "accepted share " << share;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);

@@ -11,6 +11,7 @@
 #include "dynapipe/core/rng.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/data/global_batch.h"
+#include "dynapipe/planner/planner.h"
 #include "exec_test_support.h"
 #include "dynapipe/runtime/plan_store.h"
 #include "runtime/exec/trainer.h"
@@ -95,10 +96,7 @@ std::vector<double> pipelined_losses(const TrainOptions& options) { return pipel
 // one padded micro-batch, loss = Σ token losses / target tokens of the batch.
 std::vector<double> single_process_losses(const TrainOptions& options) {
   const PlanConfig& config = options.plan;
-  TruncationLimits limits;
-  limits.kind = config.model.kind;
-  limits.max_seqlen = config.max_seqlen;
-  limits.max_target_len = config.max_target_len;
+  const TruncationLimits limits = truncation_limits(config);
   auto dataset = std::make_shared<const Dataset>(Dataset::load(config.samples_path, limits));
   auto batches = form_global_batches(*dataset, config.global_batch_tokens);
   auto tokens = make_dataset_token_source(dataset);

@@ -17,6 +17,7 @@
 #include "dynapipe/core/sample.h"
 #include "dynapipe/cost/calibration.h"
 #include "dynapipe/cost/cost_model.h"
+#include "dynapipe/data/truncation.h"
 #include "dynapipe/plan/execution_plan.h"
 
 namespace dynapipe {
@@ -61,6 +62,10 @@ class Planner {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The truncation limits `config` describes (model kind, --max-seqlen, --max-target-len),
+// for Dataset::load: every loader of a plan's data truncates the same way.
+TruncationLimits truncation_limits(const PlanConfig& config);
 
 // Summary over planned iterations (means, p99 planning time, tokens/s).
 PlanSummary summarize(const std::vector<IterationPlan>& iterations);

@@ -69,10 +69,7 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
   // iteration keeps one virtual stage per device.
   hooks.num_stages = options.plan.pp;
   const PlanConfig& config = options.plan;
-  TruncationLimits limits;
-  limits.kind = config.model.kind;
-  limits.max_seqlen = config.max_seqlen;
-  limits.max_target_len = config.max_target_len;
+  const TruncationLimits limits = truncation_limits(config);
   auto dataset = std::make_shared<const Dataset>(Dataset::load(config.samples_path, limits));
 
   if (rank == 0) {
