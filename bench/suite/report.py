@@ -53,27 +53,31 @@ def main():
     panels = []
     for gkey, rs in groups.items():
         xs = sorted({r[a.x] for r in rs}, key=lambda v: (isinstance(v, str), v))
-        series = list(dict.fromkeys(r[a.series] for r in rs))
+        # With several --y fields each series gets one column per field.
+        y_fields = a.y.split(",")
+        series = [(s, y) for s in dict.fromkeys(r[a.series] for r in rs) for y in y_fields]
+        label = {sy: sy[0] if len(y_fields) == 1 else f"{sy[0]} {sy[1]}" for sy in series}
         cell = {(r[a.x], r[a.series]): r for r in rs}
         name = " ".join(gkey)
         md += ["", f"## {name}", ""]
-        head = [a.x, "setting"] + series + ([a.ratio.replace("/", " ÷ ")] if a.ratio else [])
+        head = [a.x, "setting"] + [label[sy] for sy in series] + ([a.ratio.replace("/", " ÷ ")] if a.ratio else [])
         md.append("| " + " | ".join(head) + " |")
         md.append("|" + "---|" * 2 + "---:|" * (len(head) - 2))
         errors = []
-        ys = {s: [] for s in series}
+        ys = {label[sy]: [] for sy in series}
         for x in xs:
-            row_recs = [cell[(x, s)] for s in series if (x, s) in cell]
+            row_recs = [cell[(x, s)] for s, _ in series if (x, s) in cell]
             setting = ", ".join(dict.fromkeys(
                 f"{r['memory_gib']} GiB {r['cost_model']}" if "memory_gib" in r else r.get("cost_model", "")
                 for r in row_recs))
             cells = []
-            for s in series:
+            for s, y in series:
                 r = cell.get((x, s))
-                v = None if r is None or "error" in r else r.get(a.y)
-                ys[s].append(v)
+                v = None if r is None or "error" in r else r.get(y)
+                ys[label[(s, y)]].append(v)
                 if r is not None and "error" in r:
-                    errors.append(f"> {a.x} {x}, {s}: {r['error']}")
+                    if y == y_fields[0]:
+                        errors.append(f"> {a.x} {x}, {s}: {r['error']}")
                     cells.append("infeasible")
                 else:
                     cells.append(fmt(v, a.fmt))
