@@ -12,6 +12,8 @@
 #   --steps N                   measured: training steps per point (default 3; the first is
 #                               warm-up and left out of the medians)
 #   --dynapipe BIN              the binary (default build/dynapipe)
+#   --reuse DIR                 run nothing: tabulate DIR/records.jsonl (another family's points
+#                               at the same settings, e.g. padding.sh --reuse bench/out/seqlen)
 set -euo pipefail
 
 SUITE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -22,6 +24,7 @@ MODELS="gpt t5"
 ITERATIONS=3
 STEPS=3
 DYNAPIPE=${DYNAPIPE:-build/dynapipe}
+REUSE=""
 DEVICE=a100   # simulated cost model family; a100 falls back from 40 to 80 GiB, h100 is 80 GiB
 
 usage() {
@@ -39,6 +42,7 @@ parse_flags() {
       --iterations) ITERATIONS=$2; shift 2 ;;
       --steps) STEPS=$2; shift 2 ;;
       --dynapipe) DYNAPIPE=$2; shift 2 ;;
+      --reuse) REUSE=$2; shift 2 ;;
       -h|--help) usage ;;
       *) echo "error: unknown flag $1" >&2; usage ;;
     esac
@@ -47,7 +51,11 @@ parse_flags() {
   OUT=${OUT:-bench/out/$FAMILY}
   mkdir -p "$OUT"
   RECORDS=$OUT/records.jsonl
-  : > "$RECORDS"
+  if [ -n "$REUSE" ]; then
+    [ "$(realpath "$REUSE/records.jsonl")" = "$(realpath "$RECORDS")" ] || cp "$REUSE/records.jsonl" "$RECORDS"
+  else
+    : > "$RECORDS"
+  fi
   TMP=$(mktemp -d)
   trap 'rm -rf "$TMP"' EXIT
 }
@@ -72,6 +80,7 @@ point() {
   local kv=()
   while [ "$1" != "--" ]; do kv+=("$1"); shift; done
   shift
+  [ -n "$REUSE" ] && return 0
   local cmd rc=0 metrics=-
   if [ "$MODE" = simulated ]; then
     cmd=("$DYNAPIPE" plan --samples "$SAMPLES" "$@" --iterations "$ITERATIONS" --no-compare
@@ -104,6 +113,7 @@ row() {
   local kv=()
   while [ "$1" != "--" ]; do kv+=("$1"); shift; done
   shift
+  [ -n "$REUSE" ] && return 0
   local mems="40 80" saved=$RECORDS
   [ "$DEVICE" = h100 ] && mems=80
   for mem in $mems; do
