@@ -79,7 +79,7 @@ def main():
     records, prefix, mode = sys.argv[1:4]
     recs = [json.loads(l) for l in open(records) if l.strip()]
     md = ["# Cost-model accuracy", "",
-          f"Mode: **{mode}**. Generated {datetime.date.today()}; every command is listed at the end. "
+          f"Mode: **{mode}**. Generated {datetime.date.today()}; the command of every point is in the Commands block of accuracy.md. "
           "`profile` = assets/profiles/MODEL.cpu.measured.json.", ""]
     chart = measured(recs, md) if mode == "measured" else simulated(recs, md)
     md += ["", "<details><summary>Commands</summary>", ""] + [f"    {r['cmd']}" for r in recs]

@@ -48,7 +48,7 @@ def main():
 
     md = [f"# {a.title}", "",
           f"Mode: **{a.mode}**. Cells: `{a.y}`. Generated {datetime.date.today()} on "
-          f"{os.cpu_count()} cores; every command is listed at the end."]
+          f"{os.cpu_count()} cores; the command of every point is in the Commands block of " + os.path.basename(a.out) + ".md."]
     md += [""] + a.note if a.note else []
     panels = []
     for gkey, rs in groups.items():
