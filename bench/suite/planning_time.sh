@@ -10,6 +10,7 @@
 # Other flags: bench/suite/common.sh.
 FAMILY=planning_time
 source "$(dirname "$0")/common.sh"
+ITERATIONS=10   # timings on a shared VM are noisy: average more iterations (--iterations overrides)
 parse_flags "$@"
 
 if [ "$MODE" = simulated ]; then
