@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the bench/suite/*.sh entry scripts (sourced, not run). Each script sets FAMILY,
 # calls parse_flags "$@", runs points with row/point, then writes its table and plot.
 #
