@@ -35,6 +35,9 @@ def from_metrics(path):
                 padding_efficiency=real / padded if padded else None,
                 planning_ms=med("planning_ms"), peak_memory_bytes=med("peak_memory_bytes"),
                 est_peak_memory_bytes=med("est_peak_memory_bytes"), steps=len(steps),
+                # What training added on top of LibTorch, data and planner (0 from older builds).
+                peak_memory_added_bytes=statistics.median(
+                    m.get("peak_memory_above_start_bytes", 0) for m in timed),
                 per_step=[{k: m[k] for k in ("step_time_s", "est_step_time_s", "peak_memory_bytes",
                                              "est_peak_memory_bytes")} for m in timed])
 

@@ -64,7 +64,9 @@ struct TrainSummary {
   double median_est_step_time_s = 0;
   double median_planning_ms = 0;
   double padding_efficiency = 0;     // Σ real tokens / Σ padded tokens over all steps
-  std::int64_t peak_memory_bytes = 0;      // largest over ranks and steps
+  std::int64_t peak_memory_bytes = 0;      // largest over ranks and steps (RSS)
+  std::int64_t peak_memory_above_start_bytes = 0;  // the same minus each rank's RSS before
+                                                   // it built its models
   std::int64_t est_peak_memory_bytes = 0;  // the plans' largest estimate
   std::vector<double> losses;        // per step, from step 0 (restored ones included)
   std::string cost_calibration;      // --refine-cost-model: the learnt factors at the end

@@ -27,6 +27,7 @@ json to_json(const StepMetrics& m) {
           {"peak_memory_bytes", m.peak_memory_bytes},
           {"est_peak_memory_bytes", m.est_peak_memory_bytes},
           {"held_peak_bytes", m.held_peak_bytes},
+          {"peak_memory_above_start_bytes", m.peak_memory_above_start_bytes},
           {"microbatches", m.microbatches},
           {"schedule", m.schedule},
           {"op_ms", m.op_ms}};
@@ -36,7 +37,7 @@ json to_json(const StepMetrics& m) {
 // same fields").
 const std::vector<std::string> kMedianFields = {
     "loss", "real_tokens", "padded_tokens", "step_time_s", "est_step_time_s", "tokens_per_s",
-    "planning_ms", "peak_memory_bytes", "est_peak_memory_bytes", "held_peak_bytes", "microbatches"};
+    "planning_ms", "peak_memory_bytes", "est_peak_memory_bytes", "held_peak_bytes", "peak_memory_above_start_bytes", "microbatches"};
 }  // namespace
 
 double median(std::vector<double> values) {
@@ -63,6 +64,7 @@ StepMetrics from_json_line(const std::string& line) {
     m.peak_memory_bytes = j.at("peak_memory_bytes").get<std::int64_t>();
     m.est_peak_memory_bytes = j.at("est_peak_memory_bytes").get<std::int64_t>();
     m.held_peak_bytes = j.value("held_peak_bytes", std::int64_t{0});
+    m.peak_memory_above_start_bytes = j.value("peak_memory_above_start_bytes", std::int64_t{0});
     m.microbatches = j.value("microbatches", 0);
     m.schedule = j.value("schedule", std::string());
     m.op_ms = j.value("op_ms", std::map<std::string, double>{});
@@ -101,6 +103,7 @@ TrainSummary summarize_steps(const std::vector<StepMetrics>& rows) {
     real += static_cast<double>(r.real_tokens);
     padded += static_cast<double>(r.padded_tokens);
     s.peak_memory_bytes = std::max(s.peak_memory_bytes, r.peak_memory_bytes);
+    s.peak_memory_above_start_bytes = std::max(s.peak_memory_above_start_bytes, r.peak_memory_above_start_bytes);
     s.est_peak_memory_bytes = std::max(s.est_peak_memory_bytes, r.est_peak_memory_bytes);
   }
   s.final_loss = rows.empty() ? 0 : rows.back().loss;
@@ -123,6 +126,7 @@ std::string summary_to_json(const TrainSummary& s) {
               {"median_planning_ms", s.median_planning_ms},
               {"padding_efficiency", s.padding_efficiency},
               {"peak_memory_bytes", s.peak_memory_bytes},
+              {"peak_memory_above_start_bytes", s.peak_memory_above_start_bytes},
               {"est_peak_memory_bytes", s.est_peak_memory_bytes},
               {"losses", s.losses},
               {"cost_calibration", s.cost_calibration}}
@@ -142,6 +146,7 @@ TrainSummary summary_from_json(const std::string& text) {
     s.median_planning_ms = j.at("median_planning_ms").get<double>();
     s.padding_efficiency = j.at("padding_efficiency").get<double>();
     s.peak_memory_bytes = j.at("peak_memory_bytes").get<std::int64_t>();
+    s.peak_memory_above_start_bytes = j.value("peak_memory_above_start_bytes", std::int64_t{0});
     s.est_peak_memory_bytes = j.at("est_peak_memory_bytes").get<std::int64_t>();
     s.losses = j.at("losses").get<std::vector<double>>();
     s.cost_calibration = j.value("cost_calibration", "");
@@ -185,10 +190,11 @@ std::string format_summary(const TrainSummary& s) {
                 "padding efficiency    %.3f\n"
                 "planning time         %.2f ms (median per iteration)\n"
                 "step time             %.3f s measured, %.3f s estimated (medians)\n"
-                "peak memory           %.1f MiB measured (RSS), %.1f MiB estimated\n",
+                "peak memory           %.1f MiB measured (RSS; %.1f MiB above the ranks' start), %.1f MiB estimated\n",
                 static_cast<long long>(s.steps), s.final_loss, s.median_loss, s.median_tokens_per_s,
                 s.padding_efficiency, s.median_planning_ms, s.median_step_time_s,
                 s.median_est_step_time_s, static_cast<double>(s.peak_memory_bytes) / (1 << 20),
+                static_cast<double>(s.peak_memory_above_start_bytes) / (1 << 20),
                 static_cast<double>(s.est_peak_memory_bytes) / (1 << 20));
   std::string out = buffer;
   if (!s.cost_calibration.empty()) out += "cost model refined    " + s.cost_calibration + "\n";

@@ -24,6 +24,8 @@ struct StepMetrics {
   std::int64_t peak_memory_bytes = 0;       // largest over ranks: RSS high-water mark
   std::int64_t est_peak_memory_bytes = 0;   // the plan's largest estimate
   std::int64_t held_peak_bytes = 0;         // largest over ranks: executor-held tensors
+  std::int64_t peak_memory_above_start_bytes = 0;  // largest over ranks: peak RSS minus the
+                                                   // RSS before the rank built its models
   int microbatches = 0;                     // over all replicas
   std::string schedule;
   std::map<std::string, double> op_ms;      // per instruction op: largest over ranks

@@ -36,18 +36,24 @@ void reset_peak_rss() {
   std::ofstream out("/proc/self/clear_refs");
   if (out) out << "5";
 }
-std::int64_t peak_rss_bytes() {
+// A "Vm...:" line of /proc/self/status in bytes (0 where there is none).
+std::int64_t status_bytes(const std::string& field) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) {
-      std::istringstream fields(line.substr(6));
+    if (line.rfind(field, 0) == 0) {
+      std::istringstream fields(line.substr(field.size()));
       std::int64_t kib = 0;
       fields >> kib;
       return kib * 1024;
     }
   }
   return 0;
+}
+std::int64_t peak_rss_bytes() { return status_bytes("VmHWM:"); }
+// Resident memory now: taken before the models are built, it is what LibTorch, the data
+// and the planner hold, so peak - this is what training itself added.
+std::int64_t current_rss_bytes() { return status_bytes("VmRSS:");
 }
 
 // ---------------------------------------------------------------- checkpoints
@@ -157,7 +163,7 @@ void save_checkpoint(const TrainOptions& o, const RankContext& c, Executor& exec
 
 // ---------------------------------------------------------------- per-step gathering
 
-constexpr int kFixedFields = 5;  // loss, has_loss, wall_ms, rss_peak, held_peak
+constexpr int kFixedFields = 6;  // loss, has_loss, wall_ms, rss_peak, held_peak, rss_peak - start
 constexpr int kRowFields = kFixedFields + kNumInstructionOps;
 
 std::string op_label(int op) {
@@ -170,7 +176,8 @@ std::string op_label(int op) {
 
 // Everyone contributes its row; the all-reduce (a sum over a zero matrix) gives rank 0
 // every rank's measurements. Also a step barrier.
-torch::Tensor gather_rows(const RankContext& c, const IterationResult& r, std::int64_t rss, Millis timeout) {
+torch::Tensor gather_rows(const RankContext& c, const IterationResult& r, std::int64_t rss,
+                          std::int64_t start_rss, Millis timeout) {
   auto rows = torch::zeros({c.world_size, kRowFields}, torch::kFloat64);
   auto row = rows[c.rank];
   row[0] = r.loss;
@@ -178,6 +185,7 @@ torch::Tensor gather_rows(const RankContext& c, const IterationResult& r, std::i
   row[2] = r.wall_ms;
   row[3] = static_cast<double>(rss);
   row[4] = static_cast<double>(r.peak_held_bytes);
+  row[5] = static_cast<double>(std::max<std::int64_t>(0, rss - start_rss));
   for (int op = 0; op < kNumInstructionOps; ++op) row[kFixedFields + op] = r.op_ms[op];
   if (c.world_size > 1) {
     std::vector<torch::Tensor> tensors{rows};
@@ -206,12 +214,13 @@ StepMetrics step_metrics(std::int64_t step, const IterationPlan& plan, const tor
   StepMetrics m;
   m.step = step;
   auto acc = rows.accessor<double, 2>();
-  double max_wall = 0, max_rss = 0, max_held = 0;
+  double max_wall = 0, max_rss = 0, max_held = 0, max_added = 0;
   for (int r = 0; r < rows.size(0); ++r) {
     m.loss += acc[r][0];
     max_wall = std::max(max_wall, acc[r][2]);
     max_rss = std::max(max_rss, acc[r][3]);
     max_held = std::max(max_held, acc[r][4]);
+    max_added = std::max(max_added, acc[r][5]);
     for (int op = 0; op < kNumInstructionOps; ++op) {
       double ms = acc[r][kFixedFields + op];
       if (ms > 0) m.op_ms[op_label(op)] = std::max(m.op_ms[op_label(op)], ms);
@@ -232,6 +241,7 @@ StepMetrics step_metrics(std::int64_t step, const IterationPlan& plan, const tor
   m.planning_ms = plan.planning_ms;
   m.peak_memory_bytes = static_cast<std::int64_t>(max_rss);
   m.held_peak_bytes = static_cast<std::int64_t>(max_held);
+  m.peak_memory_above_start_bytes = static_cast<std::int64_t>(max_added);
   return m;
 }
 
@@ -256,6 +266,7 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
   auto comm_timeout = seconds_to_ms(options.comm_timeout_s);
   auto store_timeout = seconds_to_ms(options.store_timeout_s);
   try {
+    const std::int64_t start_rss = current_rss_bytes();
     int device = c.rank % c.pp;
     std::map<int, std::shared_ptr<StageModel>> stages;
     for (int s = device; s < hooks.num_stages; s += c.pp) stages[s] = hooks.make_stage(s);
@@ -311,7 +322,7 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
                                   .replica = &plan.replicas[c.rank / c.pp],
                                   .program = &program,
                                   .loss_scale = target_tokens > 0 ? 1.0 / target_tokens : 0.0});
-      auto gathered = gather_rows(c, result, peak_rss_bytes(), comm_timeout);
+      auto gathered = gather_rows(c, result, peak_rss_bytes(), start_rss, comm_timeout);
       if (c.rank == 0) {
         auto m = step_metrics(step, plan, gathered);
         if (hooks.observe_step) hooks.observe_step(plan, measured_stage_times(gathered, c.pp));
