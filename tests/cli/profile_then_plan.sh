@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `dynapipe profile` on a tiny grid, then `dynapipe plan --cost-model` with that profile,
-# for gpt-tiny and t5-tiny on the bundled text samples.
+# `dynapipe profile` on a tiny grid, then `dynapipe plan --cost-model` and
+# `dynapipe train --cost-model` (2 ranks, refining it) with that profile, for gpt-tiny and
+# t5-tiny on the bundled text samples.
 set -euo pipefail
 binary=$1
 samples=$2
@@ -14,5 +15,10 @@ for model in gpt-tiny t5-tiny; do
     --max-seqlen 128 --global-batch-tokens 512 --out "$work/$model.plan.json" --no-compare \
     >"$work/plan.out"
   grep -q "\"cost_model\": \"$work/$model.json\"" "$work/$model.plan.json"
+  "$binary" train --data "$samples" --model "$model" --cost-model "$work/$model.json" --pp 2 \
+    --max-seqlen 128 --global-batch-tokens 512 --steps 4 --refine-cost-model --no-progress \
+    --metrics "$work/$model.metrics.jsonl" >"$work/train.out"
+  grep -q '"summary":true' "$work/$model.metrics.jsonl"
+  grep -q 'cost model refined    stage 0: fwd x' "$work/train.out"
 done
-echo "profile then plan: ok"
+echo "profile then plan and train: ok"
