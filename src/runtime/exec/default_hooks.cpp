@@ -87,8 +87,15 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
     }
     auto planner = std::make_shared<const Planner>(config, planner_options);
     if (calibration) {
-      hooks.observe_step = [planner, calibration](const IterationPlan& plan,
-                                                  const std::vector<MeasuredStageTimes>& devices) {
+      // The first step this process runs pays one-off costs (first allocations, lazy
+      // initialisation): it would teach the calibration a factor no later step has.
+      auto warmed_up = std::make_shared<bool>(false);
+      hooks.observe_step = [planner, calibration, warmed_up](
+                               const IterationPlan& plan, const std::vector<MeasuredStageTimes>& devices) {
+        if (!*warmed_up) {
+          *warmed_up = true;
+          return;
+        }
         refine(*calibration, planner->base_cost_model(), plan, devices);
       };
       hooks.describe_refinement = [calibration] { return calibration->describe(); };
