@@ -137,3 +137,21 @@ report() {
 }
 
 ALL_STRATEGIES="packing dynapipe packing-varlen token-based padding"
+
+# Families 1 and 3 share their points: every strategy at each max seqlen of the mode.
+# Sets seqlens and tokens for the caller's report.
+seqlen_points() {
+  if [ "$MODE" = simulated ]; then
+    seqlens="512 1024 2048 4096 8192"; tokens=65536
+  else
+    seqlens="256 512 1024"; tokens=4096
+  fi
+  local m L
+  for m in $MODELS; do
+    for L in $seqlens; do
+      echo "$m max seqlen $L" >&2
+      row "$ALL_STRATEGIES" model="$(model_name "$m")" device=a100 max_seqlen="$L" -- \
+        $(model_flags "$m") --max-seqlen "$L" --global-batch-tokens "$tokens"
+    done
+  done
+}

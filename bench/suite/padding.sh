@@ -11,18 +11,7 @@ FAMILY=padding
 source "$(dirname "$0")/common.sh"
 parse_flags "$@"
 
-if [ "$MODE" = simulated ]; then
-  seqlens="512 1024 2048 4096 8192"; tokens=65536
-else
-  seqlens="256 512 1024"; tokens=4096
-fi
-for m in $MODELS; do
-  for L in $seqlens; do
-    echo "$m max seqlen $L" >&2
-    row "$ALL_STRATEGIES" model="$(model_name "$m")" device=a100 max_seqlen="$L" -- \
-      $(model_flags "$m") --max-seqlen "$L" --global-batch-tokens "$tokens"
-  done
-done
+seqlen_points
 [ "$MODE" = measured ] && dev="" || dev=",device"
 report --title "Padding efficiency vs max seqlen ($tokens tokens per global batch)" \
   --x max_seqlen --xlabel "max sequence length" --y padding_efficiency --ylabel "real / computed tokens" \
