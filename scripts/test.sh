@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+# Warnings are errors here (CI): the whole tree, LibTorch units included, builds without one.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDYNAPIPE_WERROR=ON
 cmake --build build -j2
 cd build
 ctest --output-on-failure -j2 "$@"
