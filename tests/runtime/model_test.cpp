@@ -40,26 +40,6 @@ ModelSpec tiny_spec(ModelKind kind) {
   return s;
 }
 
-// Same split as cost's assign_layers_uniform (a local copy until cost/ lands).
-std::vector<StageLayers> split_layers(const ModelSpec& spec, int n) {
-  const int total = spec.total_layers(), enc = spec.layers;
-  std::vector<StageLayers> stages(n);
-  int begin = 0;
-  for (int i = 0; i < n; ++i) {
-    const int end = begin + total / n + (i < total % n ? 1 : 0);
-    StageLayers& s = stages[i];
-    s.enc_begin = std::min(begin, enc);
-    s.enc_end = std::min(end, enc);
-    s.dec_begin = std::max(begin, enc) - enc;
-    s.dec_end = std::max(end, enc) - enc;
-    s.has_embedding = i == 0;
-    s.has_dec_embedding = spec.dec_layers > 0 && begin <= enc && enc < end;
-    s.has_head = i == n - 1;
-    begin = end;
-  }
-  return stages;
-}
-
 std::int64_t round8(std::int64_t n) { return (n + 7) / 8 * 8; }
 
 std::vector<Sample> make_samples(int n, std::uint64_t seed, int max_in = 20, int max_tg = 8) {
@@ -303,7 +283,7 @@ void check_stage_shapes(ModelKind kind, int pp) {
   MicroBatch mb = one_padded(samples, kind)[0];
   MicroBatchTensors t = collate(mb, src, kind, AttentionMode::Padded, 1.0);
   const std::int64_t b = mb.shape.batch, s = mb.shape.seqlen, d = mb.shape.dec_seqlen;
-  auto layers = split_layers(spec, pp);
+  auto layers = assign_layers_uniform(spec, pp);
   at::Tensor x;
   for (int i = 0; i < pp; ++i) {
     auto stage = make_stage_model(spec, layers[i], ModelOptions{});
@@ -344,7 +324,7 @@ TEST_F(ModelTest, RejectsInconsistentLayers) {
   EXPECT_THROW(make_stage_model(spec, l, ModelOptions{}), Error);
   ModelOptions bad;
   bad.dropout = 1.5;
-  EXPECT_THROW(make_stage_model(spec, split_layers(spec, 1)[0], bad), Error);
+  EXPECT_THROW(make_stage_model(spec, assign_layers_uniform(spec, 1)[0], bad), Error);
 }
 
 TEST_F(ModelTest, PositionsBeyondTheTableAreAnError) {
@@ -353,7 +333,7 @@ TEST_F(ModelTest, PositionsBeyondTheTableAreAnError) {
   std::vector<Sample> samples{{1, 6, 4, -1}};
   SyntheticTokenSource src(samples, spec.vocab, 1);
   auto t = collate(one_padded(samples, ModelKind::Gpt)[0], src, ModelKind::Gpt, AttentionMode::Padded, 1.0);
-  auto stage = make_stage_model(spec, split_layers(spec, 1)[0], ModelOptions{});
+  auto stage = make_stage_model(spec, assign_layers_uniform(spec, 1)[0], ModelOptions{});
   try {
     stage->forward({}, t);
     FAIL() << "no error";
@@ -367,7 +347,7 @@ TEST_F(ModelTest, PositionsBeyondTheTableAreAnError) {
 
 // Runs all stages but the head and returns the last hidden state (the T5 decoder part).
 at::Tensor hidden_before_head(const ModelSpec& spec, const MicroBatchTensors& t) {
-  auto layers = split_layers(spec, 1)[0];
+  auto layers = assign_layers_uniform(spec, 1)[0];
   layers.has_head = false;
   auto stage = make_stage_model(spec, layers, ModelOptions{.seed = 3});
   at::Tensor h = stage->forward({}, t).hidden;
@@ -410,7 +390,7 @@ void check_no_mixing(ModelKind kind, AttentionMode mode) {
   EXPECT_EQ(max_abs_diff(h0[0].index_select(0, others), h1[0].index_select(0, others)), 0.0);
   EXPECT_GT(max_abs_diff(h0[0].index_select(0, mine), h1[0].index_select(0, mine)), 1e-4);
   // Loss terms of samples 2 and 3 (labels of sample 1 masked out) are unchanged too.
-  auto stage = make_stage_model(spec, split_layers(spec, 1)[0], ModelOptions{.seed = 3});
+  auto stage = make_stage_model(spec, assign_layers_uniform(spec, 1)[0], ModelOptions{.seed = 3});
   for (MicroBatchTensors* t : {&base, &changed}) {
     t->labels = t->labels.masked_fill(seg.eq(1), kIgnoreLabel);
   }
@@ -436,7 +416,7 @@ void check_modes_agree(ModelKind kind) {
   at::Tensor hd = hidden_before_head(spec, dense), hv = hidden_before_head(spec, varlen);
   EXPECT_LT(max_abs_diff(hd, hv), 1e-5);
   EXPECT_FALSE(hv.isnan().any().item<bool>());
-  auto stage = make_stage_model(spec, split_layers(spec, 1)[0], ModelOptions{.seed = 3});
+  auto stage = make_stage_model(spec, assign_layers_uniform(spec, 1)[0], ModelOptions{.seed = 3});
   const double l_dense = stage->forward({}, dense).loss.item<double>();
   const double l_varlen = stage->forward({}, varlen).loss.item<double>();
   MicroBatchTensors padded = collate(one_padded(samples, kind)[0], src, kind, AttentionMode::Padded, scale);
@@ -479,7 +459,7 @@ void check_loss_equivalence(ModelKind kind) {
   std::vector<std::vector<double>> losses;
   std::vector<std::string> names;
   for (const Split& split : splits_of(samples, kind)) {
-    ReferenceTrainer trainer(spec, split_layers(spec, 1), ModelOptions{.seed = 9}, TrainerOptions{.lr = 3e-3});
+    ReferenceTrainer trainer(spec, assign_layers_uniform(spec, 1), ModelOptions{.seed = 9}, TrainerOptions{.lr = 3e-3});
     auto batch = collate_all(split.mbs, src, kind, split.mode, scale);
     std::vector<double> l;
     for (int step = 0; step < 10; ++step) l.push_back(trainer.train_step(batch));
@@ -504,13 +484,13 @@ void check_pipeline_equals_whole(ModelKind kind) {
   SyntheticTokenSource src(samples, spec.vocab, 6);
   const double scale = 1.0 / static_cast<double>(total_loss_tokens(samples, kind));
   auto batch = collate_all(many_padded(samples, kind, 3), src, kind, AttentionMode::Padded, scale);
-  ReferenceTrainer whole(spec, split_layers(spec, 1), ModelOptions{.seed = 11}, TrainerOptions{.lr = 3e-3});
+  ReferenceTrainer whole(spec, assign_layers_uniform(spec, 1), ModelOptions{.seed = 11}, TrainerOptions{.lr = 3e-3});
   auto init = named_params(whole);
   std::vector<double> expected;
   for (int step = 0; step < 5; ++step) expected.push_back(whole.train_step(batch));
   for (int pp : {2, 3}) {
     SCOPED_TRACE(cat(model_kind_name(kind), " pp ", pp));
-    ReferenceTrainer piped(spec, split_layers(spec, pp), ModelOptions{.seed = 11}, TrainerOptions{.lr = 3e-3});
+    ReferenceTrainer piped(spec, assign_layers_uniform(spec, pp), ModelOptions{.seed = 11}, TrainerOptions{.lr = 3e-3});
     expect_same_tensors(init, named_params(piped), 0.0, "initial parameters");
     for (int step = 0; step < 5; ++step) {
       expect_close(expected[step], piped.train_step(batch), 1e-5, cat("step ", step));
@@ -534,7 +514,7 @@ void check_recompute(ModelKind kind, AttentionMode mode, double dropout) {
   std::map<std::string, at::Tensor> reference;
   double reference_loss = 0;
   for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-    ReferenceTrainer trainer(spec, split_layers(spec, 2), ModelOptions{.dropout = dropout, .seed = 5},
+    ReferenceTrainer trainer(spec, assign_layers_uniform(spec, 2), ModelOptions{.dropout = dropout, .seed = 5},
                              TrainerOptions{});
     trainer.set_recompute(rc);
     seed_global_rng(77);
@@ -567,8 +547,8 @@ void check_split_backward(ModelKind kind, Recompute rc) {
   SyntheticTokenSource src(samples, spec.vocab, 9);
   const double scale = 1.0 / static_cast<double>(total_loss_tokens(samples, kind));
   auto batch = collate_all(many_padded(samples, kind, 2), src, kind, AttentionMode::Padded, scale);
-  ReferenceTrainer fused(spec, split_layers(spec, 2), ModelOptions{.seed = 5}, TrainerOptions{});
-  ReferenceTrainer split(spec, split_layers(spec, 2), ModelOptions{.seed = 5}, TrainerOptions{.split_backward = true});
+  ReferenceTrainer fused(spec, assign_layers_uniform(spec, 2), ModelOptions{.seed = 5}, TrainerOptions{});
+  ReferenceTrainer split(spec, assign_layers_uniform(spec, 2), ModelOptions{.seed = 5}, TrainerOptions{.split_backward = true});
   fused.set_recompute(rc);
   split.set_recompute(rc);
   EXPECT_EQ(fused.forward_backward(batch), split.forward_backward(batch));
@@ -585,7 +565,7 @@ TEST_F(ModelTest, BackwardInputDefersOnlyLinearWeights) {
   ModelSpec spec = tiny_spec(ModelKind::Gpt);
   auto samples = make_samples(3, 10);
   SyntheticTokenSource src(samples, spec.vocab, 10);
-  auto layers = split_layers(spec, 2);
+  auto layers = assign_layers_uniform(spec, 2);
   auto s0 = make_stage_model(spec, layers[0], ModelOptions{.seed = 1});
   auto s1 = make_stage_model(spec, layers[1], ModelOptions{.seed = 1});
   auto t = collate(one_padded(samples, ModelKind::Gpt)[0], src, ModelKind::Gpt, AttentionMode::Padded, 0.1);
@@ -614,9 +594,9 @@ TEST_F(ModelTest, SameSeedGivesIdenticalParametersAndLosses) {
     SyntheticTokenSource src(samples, spec.vocab, 12);
     const double scale = 1.0 / static_cast<double>(total_loss_tokens(samples, kind));
     auto batch = collate_all(many_padded(samples, kind, 2), src, kind, AttentionMode::Varlen, scale);
-    ReferenceTrainer a(spec, split_layers(spec, 2), ModelOptions{.seed = 21}, TrainerOptions{});
-    ReferenceTrainer b(spec, split_layers(spec, 2), ModelOptions{.seed = 21}, TrainerOptions{});
-    ReferenceTrainer c(spec, split_layers(spec, 2), ModelOptions{.seed = 22}, TrainerOptions{});
+    ReferenceTrainer a(spec, assign_layers_uniform(spec, 2), ModelOptions{.seed = 21}, TrainerOptions{});
+    ReferenceTrainer b(spec, assign_layers_uniform(spec, 2), ModelOptions{.seed = 21}, TrainerOptions{});
+    ReferenceTrainer c(spec, assign_layers_uniform(spec, 2), ModelOptions{.seed = 22}, TrainerOptions{});
     expect_same_tensors(named_params(a), named_params(b), 0.0, "same seed");
     EXPECT_GT(max_abs_diff(named_params(a).begin()->second, named_params(c).begin()->second), 0.0);
     for (int step = 0; step < 3; ++step) EXPECT_EQ(a.train_step(batch), b.train_step(batch));
@@ -663,7 +643,7 @@ TEST_F(ModelTest, DISABLED_StepTime) {
       std::int64_t padded = 0;
       for (const auto& mb : c.mbs) padded += mb.shape.tokens();
       for (Recompute rc : {Recompute::None, Recompute::Full}) {
-        ReferenceTrainer trainer(spec, split_layers(spec, 1), ModelOptions{.seed = 1}, TrainerOptions{});
+        ReferenceTrainer trainer(spec, assign_layers_uniform(spec, 1), ModelOptions{.seed = 1}, TrainerOptions{});
         trainer.set_recompute(rc);
         trainer.train_step(batch);  // warm-up
         const int reps = 3;
