@@ -69,6 +69,8 @@ void setup_train(CLI::App& app) {
   // Training runs on this machine's CPUs: estimate with the CPU model unless told otherwise.
   args->common.cost_model = "analytic:cpu";
   add_common_flags(*cmd, args->common, SamplesFlag::Data);
+  cmd->add_option("--device", o.device, "cpu, or cuda[:N] (needs a LibTorch with CUDA and NCCL)")
+      ->capture_default_str();
   cmd->add_option("--steps", o.steps, "Optimizer steps (global batches; the data cycles)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   cmd->add_option("--metrics", o.metrics_path, "Write one JSON object per step to this JSONL file");

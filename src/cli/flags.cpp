@@ -16,6 +16,9 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
       ->check(CLI::Range(1, 1024))->capture_default_str();
   command.add_option("--dp", flags.dp, "Data-parallel replicas")
       ->check(CLI::Range(1, 1024))->capture_default_str();
+  command.add_option("--zero", flags.zero,
+                     "ZeRO stage: 1 shards the optimizer states over the --dp replicas")
+      ->check(CLI::Range(0, 1))->capture_default_str();
   command.add_option("--max-seqlen", flags.max_seqlen,
                      "Truncation limit (GPT: input+target; T5: encoder)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))->capture_default_str();
@@ -68,6 +71,7 @@ PlanConfig to_plan_config(const CommonFlags& flags) {
   config.cost_model = flags.cost_model;
   config.pp = flags.pp;
   config.dp = flags.dp;
+  config.zero = flags.zero;
   config.max_seqlen = flags.max_seqlen;
   config.max_target_len = flags.max_target_len > 0 ? flags.max_target_len : flags.max_seqlen;
   config.global_batch_tokens = flags.global_batch_tokens;

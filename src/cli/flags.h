@@ -15,6 +15,7 @@ struct CommonFlags {
   std::string model = "gpt-tiny";
   int pp = 1;
   int dp = 1;
+  int zero = 0;
   std::int64_t max_seqlen = 2048;
   std::int64_t max_target_len = 0;  // 0: same as --max-seqlen
   std::int64_t global_batch_tokens = 65536;

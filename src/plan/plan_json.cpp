@@ -57,6 +57,7 @@ Json config_to_json(const PlanConfig& c) {
   j["cost_model"] = c.cost_model;
   j["pp"] = c.pp;
   j["dp"] = c.dp;
+  j["zero"] = c.zero;
   j["chunks"] = c.chunks;
   j["max_seqlen"] = c.max_seqlen;
   j["max_target_len"] = c.max_target_len;
@@ -330,6 +331,7 @@ PlanConfig config_from(const Node& n) {
   c.cost_model = n["cost_model"].string();
   c.pp = n["pp"].int32(1);
   c.dp = n["dp"].int32(1);
+  c.zero = n.has("zero") ? n["zero"].int32(0, 1) : 0;  // added after format v1: optional
   c.chunks = n["chunks"].int32(1);
   c.max_seqlen = n["max_seqlen"].int64(0);
   c.max_target_len = n["max_target_len"].int64(0);

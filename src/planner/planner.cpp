@@ -23,6 +23,9 @@ void validate_config(const PlanConfig& config) {
   config.model.validate();
   if (config.pp < 1) throw Error(ErrorKind::InvalidArgument, cat("--pp must be >= 1, got ", config.pp));
   if (config.dp < 1) throw Error(ErrorKind::InvalidArgument, cat("--dp must be >= 1, got ", config.dp));
+  if (config.zero != 0 && config.zero != 1) {
+    throw Error(ErrorKind::InvalidArgument, cat("--zero must be 0 or 1, got ", config.zero));
+  }
   if (config.pp > config.model.total_layers()) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--pp must be at most the model's ", config.model.total_layers(),
@@ -146,6 +149,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   CostModelOptions cost_options;
   cost_options.num_stages = config.pp;
   cost_options.seqlen_multiple = config.seqlen_multiple;
+  cost_options.zero_shards = config.zero == 1 ? config.dp : 1;
   m.base_cost = make_cost_model(config.cost_model, config.model, cost_options);
   m.cost = options.calibration ? make_calibrated_cost_model(m.base_cost, options.calibration)
                                : m.base_cost;

@@ -27,6 +27,7 @@ struct PlanConfig {
   std::string cost_model = "analytic:a100-40g";
   int pp = 1;
   int dp = 1;
+  int zero = 0;    // ZeRO stage: 0 (off) or 1 (AdamW states sharded over the dp replicas)
   int chunks = 1;  // virtual stages per device chosen for interleaved schedules
   std::int64_t max_seqlen = 0;
   std::int64_t max_target_len = 0;
