@@ -88,8 +88,13 @@ void bind_options(py::module_& m) {
           row["default"] =
               std::visit([&](auto member) { return field_value(defaults, member); }, spec.field);
           const bool numeric = spec.min < spec.max;
-          row["min"] = numeric ? py::cast(spec.min) : py::none();
-          row["max"] = numeric ? py::cast(spec.max) : py::none();
+          const bool integer = std::holds_alternative<std::int64_t PlanOptions::*>(spec.field);
+          auto bound = [&](double v) {
+            if (!numeric) return py::object(py::none());
+            return integer ? py::cast(static_cast<std::int64_t>(v)) : py::cast(v);
+          };
+          row["min"] = bound(spec.min);
+          row["max"] = bound(spec.max);
           row["choices"] = spec.choices.empty() ? py::object(py::none()) : py::cast(spec.choices);
           rows.append(row);
         }
