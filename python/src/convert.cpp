@@ -126,6 +126,25 @@ std::vector<std::int64_t> to_int_vector(py::handle value, const std::string& wha
     }
     return out;
   }
+  // Fast path for exact ints (lists from Python code); the element's name is built only
+  // when it is needed for a message, as formatting it costs more than the conversion.
+  auto element = [&](PyObject* item, std::size_t i) {
+    if (PyLong_CheckExact(item)) {
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+      if (overflow == 0) return static_cast<std::int64_t>(v);
+    }
+    return to_int(item, cat(what, "[", i, "]"));
+  };
+  if (PyList_Check(obj) || PyTuple_Check(obj)) {
+    py::object seq = py::reinterpret_steal<py::object>(PySequence_Fast(obj, ""));
+    if (!seq) throw py::error_already_set();
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+    PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+    out.reserve(static_cast<std::size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) out.push_back(element(items[i], static_cast<std::size_t>(i)));
+    return out;
+  }
   py::object iterator = py::reinterpret_steal<py::object>(PyObject_GetIter(obj));
   if (!iterator) {
     PyErr_Clear();
@@ -133,7 +152,7 @@ std::vector<std::int64_t> to_int_vector(py::handle value, const std::string& wha
   }
   std::size_t i = 0;
   while (py::object item = py::reinterpret_steal<py::object>(PyIter_Next(iterator.ptr()))) {
-    out.push_back(to_int(item, cat(what, "[", i, "]")));
+    out.push_back(element(item.ptr(), i));
     ++i;
   }
   if (PyErr_Occurred()) throw py::error_already_set();
