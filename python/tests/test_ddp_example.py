@@ -15,7 +15,7 @@ def test_ddp_losses_equal_a_single_process_over_whole_batches(source_dir, tmp_pa
     out = tmp_path / "results.json"
     r = subprocess.run(
         [sys.executable, str(source_dir / "examples/ddp_dynamic_microbatches.py"), "--steps", "3",
-         "--samples", "120", "--max-len", "128", "--token-budget", "2048", "--check",
+         "--samples", "120", "--max-len", "128", "--token-budget", "768", "--check",
          "--json", str(out)],
         capture_output=True, text=True, timeout=240, env=dict(os.environ))
     assert r.returncode == 0, r.stdout + r.stderr
