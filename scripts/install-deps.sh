@@ -10,6 +10,7 @@ packages=(
   libhiredis-dev redis-server                                # Redis plan store + its test
   libgtest-dev libgmock-dev libbenchmark-dev                 # tests and bench/
   python3-torch python3-pybind11 pybind11-dev                # reference checks, bindings
+  python3-dev python3-pytest                                 # the dynapipe Python module and its tests
 )
 
 missing=()
