@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <unordered_set>
 
 #include "bindings.h"
 #include "dynapipe/core/strings.h"
@@ -57,6 +58,12 @@ GlobalBatch batch_from_lengths(const PlanConfig& config, py::handle input_lens, 
     if (sample_ids.size() != inputs.size()) {
       throw Error(ErrorKind::InvalidArgument,
                   cat("ids must have as many values as input_lens (", inputs.size(), "), got ", sample_ids.size()));
+    }
+    std::unordered_set<std::int64_t> seen;
+    for (std::int64_t id : sample_ids) {
+      if (!seen.insert(id).second) {
+        throw Error(ErrorKind::InvalidArgument, cat("ids must be unique, got ", id, " twice"));
+      }
     }
   }
   if (inputs.empty()) throw Error(ErrorKind::InvalidArgument, "input_lens must not be empty");
@@ -149,8 +156,9 @@ void bind_planner(py::module_& m) {
                       py::handle index) {
              GlobalBatch batch;
              if (py::isinstance<GlobalBatch>(input_lens)) {
-               if (!target_lens.is_none() || !ids.is_none()) {
-                 throw Error(ErrorKind::InvalidArgument, "target_lens and ids must be None when planning a GlobalBatch");
+               if (!target_lens.is_none() || !ids.is_none() || !index.is_none()) {
+                 throw Error(ErrorKind::InvalidArgument,
+                             "target_lens, ids and index must be None when planning a GlobalBatch");
                }
                batch = input_lens.cast<GlobalBatch>();
              } else {

@@ -92,13 +92,19 @@ def planner():
     ((12,), {}, dynapipe.InvalidType, "input_lens must be a sequence of integers, got int"),
     ((array.array("d", [1.0]),), {}, dynapipe.InvalidType, "input_lens must hold integers"),
     (([10, 20],), {"ids": [1]}, dynapipe.InvalidArgument, "ids must have as many values as input_lens (2), got 1"),
-    (([10, 20],), {"ids": [3, 3]}, dynapipe.InvalidArgument, "3"),
+    (([10, 20],), {"ids": [3, 3]}, dynapipe.InvalidArgument, "ids must be unique, got 3 twice"),
     (([10],), {"index": -1}, dynapipe.InvalidArgument, "index must be >= 0, got -1"),
 ])
 def test_bad_lengths_name_the_argument(planner, args, kwargs, error, message):
     with pytest.raises(error) as raised:
         planner.plan(*args, **kwargs)
     assert message in str(raised.value)
+
+
+def test_global_batch_takes_no_lengths(planner, source_dir):
+    batch = planner.global_batches(planner.load_samples(source_dir / SMALL))[0]
+    with pytest.raises(dynapipe.InvalidArgument, match="must be None when planning a GlobalBatch"):
+        planner.plan(batch, index=2)
 
 
 def test_numpy_arrays_are_checked():
