@@ -13,9 +13,11 @@
                 loss.backward()                   # (DDP: no_sync() but on the last)
             optimizer.step(); optimizer.zero_grad()
 
+PipelineExecutor runs an IterationPlan's instructions over your own stage modules.
 Needs PyTorch (Debian: python3-torch). docs/python.md has the details.
 """
 from .collate import collate_microbatch  # noqa: F401
+from .pipeline import PipelineExecutor  # noqa: F401
 from .sampler import DynamicBatchSampler, StepBatches  # noqa: F401
 
-__all__ = ["DynamicBatchSampler", "StepBatches", "collate_microbatch"]
+__all__ = ["DynamicBatchSampler", "StepBatches", "PipelineExecutor", "collate_microbatch"]
