@@ -7,6 +7,11 @@
 if(NOT DYNAPIPE_BUILD_PYTHON)
   return()
 endif()
+if(DYNAPIPE_SANITIZE)
+  # A sanitized extension does not load into an uninstrumented interpreter.
+  message(STATUS "dynapipe: Python module not built with DYNAPIPE_SANITIZE")
+  return()
+endif()
 if(NOT Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
   set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH "Python interpreter of the dynapipe module")
 endif()
