@@ -34,7 +34,9 @@ from ._dynapipe import (  # noqa: F401  (re-exported)
     Timeout,
     Unsupported,
     __version__,
+    device_presets,
     load_samples,
+    model_presets,
     plan_options,
 )
 
@@ -43,7 +45,7 @@ __all__ = [
     "Unsupported", "Timeout", "PeerFailure", "Internal",
     "Planner", "IterationPlan", "ReplicaPlan", "MicroBatch", "Instruction", "ExecutorProgram",
     "ExecutionPlan", "Samples", "GlobalBatch",
-    "load_samples", "plan_options", "simulate",
+    "load_samples", "plan_options", "model_presets", "device_presets", "simulate",
 ]
 
 

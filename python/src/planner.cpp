@@ -3,10 +3,14 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
 #include <unordered_set>
 
 #include "bindings.h"
 #include "dynapipe/core/strings.h"
+#include "dynapipe/cost/cost_model.h"
+#include "dynapipe/cost/device_spec.h"
+#include "dynapipe/cost/model_spec.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/global_batch.h"
 #include "dynapipe/data/truncation.h"
@@ -97,6 +101,26 @@ GlobalBatch batch_from_lengths(const PlanConfig& config, py::handle input_lens, 
   return batch;
 }
 
+MicroBatchShape shape_arg(py::handle shape, ModelKind kind) {
+  const std::vector<std::int64_t> dims = to_int_vector(shape, "shape");
+  const std::size_t want = kind == ModelKind::T5 ? 3 : 2;
+  if (dims.size() != want) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("shape must be ", kind == ModelKind::T5 ? "(batch, enc_seqlen, dec_seqlen)" : "(batch, seqlen)",
+                    ", got ", dims.size(), " values"));
+  }
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 1 || dims[i] > (std::int64_t{1} << 24)) {
+      throw Error(ErrorKind::InvalidArgument, cat("shape[", i, "] must be in [1, 16777216], got ", dims[i]));
+    }
+  }
+  MicroBatchShape s;
+  s.batch = dims[0];
+  s.seqlen = dims[1];
+  if (kind == ModelKind::T5) s.dec_seqlen = dims[2];
+  return s;
+}
+
 Samples load(const PlanConfig& config, py::handle path) {
   const std::string file = to_path(path, "path");
   py::gil_scoped_release release;
@@ -174,6 +198,40 @@ void bind_planner(py::module_& m) {
            "Plans one global batch. input_lens/target_lens: lists or buffer-protocol arrays of ints\n"
            "(GPT: target_lens may be None; T5: required), truncated like the samples file; ids default\n"
            "to 0..n-1. Also accepts a GlobalBatch. Releases the GIL while planning.")
+      .def_property_readonly("cost_model", [](const PyPlanner& p) { return p.planner->base_cost_model().describe(); },
+                             "The cost model as configured, e.g. 'analytic:a100-40g' or 'profile:<path>'.")
+      .def_property_readonly("num_stages", [](const PyPlanner& p) { return p.planner->cost_model().num_stages(); })
+      .def("stage_cost", [](const PyPlanner& p, py::handle stage, py::handle shape, py::handle recompute) {
+             const CostModel& cost = p.planner->cost_model();
+             const std::int64_t s = to_int(stage, "stage");
+             if (s < 0 || s >= cost.num_stages()) {
+               throw Error(ErrorKind::InvalidArgument,
+                           cat("stage must be in [0, ", cost.num_stages() - 1, "], got ", s));
+             }
+             const std::string mode = to_str(recompute, "recompute");
+             const std::optional<Recompute> r = parse_recompute(mode);
+             if (!r) {
+               throw Error(ErrorKind::InvalidArgument,
+                           cat("recompute must be one of none, selective, full, got \"", mode, "\""));
+             }
+             const StageCost c = cost.stage_cost(static_cast<int>(s), shape_arg(shape, p.planner->config().model.kind),
+                                                 AttentionDensity{}, *r);
+             py::dict d;
+             d["fwd_ms"] = c.fwd_ms;
+             d["bwd_ms"] = c.bwd_ms;
+             d["bwd_input_ms"] = c.bwd_input_ms;
+             d["bwd_weight_ms"] = c.bwd_weight_ms;
+             d["stored_bytes"] = c.stored_bytes;
+             d["peak_bytes"] = c.peak_bytes;
+             d["output_bytes"] = c.output_bytes;
+             d["static_bytes"] = cost.static_bytes(static_cast<int>(s));
+             return d;
+           },
+           py::arg("stage"), py::arg("shape"), py::arg("recompute") = "none",
+           "The cost model's estimate for one micro-batch of `shape` ((batch, seqlen); T5:\n"
+           "(batch, enc_seqlen, dec_seqlen)) on `stage`: fwd_ms, bwd_ms, bwd_input_ms, bwd_weight_ms,\n"
+           "stored_bytes, peak_bytes, output_bytes, and the stage's static_bytes (weights, grads,\n"
+           "optimizer states).")
       .def("load_samples", [](const PyPlanner& p, py::handle path) { return load(p.planner->config(), path); },
            py::arg("path"), "Reads a samples file truncated by this planner's limits.")
       .def("global_batches", [](const PyPlanner& p, const Dataset& samples) {
@@ -182,6 +240,9 @@ void bind_planner(py::module_& m) {
            },
            py::arg("samples"), "The global batches `dynapipe plan` forms (global_batch_tokens, iterations).");
 
+  m.def("model_presets", [] { return model_preset_names(); }, "Names of the model presets (`model=`).");
+  m.def("device_presets", [] { return device_preset_names(); },
+        "Device presets of the analytic cost model (`cost_model=\"analytic:<name>\"`).");
   m.def("load_samples", [](py::handle path, const py::kwargs& kwargs) {
           return load(to_plan_config(options_from_kwargs(kwargs)), path);
         },

@@ -177,3 +177,26 @@ def test_planning_releases_the_gil(source_dir):
         sys.setswitchinterval(old)
     stalled = sum(b - a for a, b in zip(ticks, ticks[1:]) if b - a > 0.005)
     assert stalled < 0.5 * busy, (stalled, busy)
+
+
+def test_cost_model_queries():
+    planner = dynapipe.Planner(model="gpt-6.7b", pp=4, memory_limit_gib=40)
+    assert planner.cost_model == "analytic:a100-40g" and planner.num_stages == 4
+    small, big = planner.stage_cost(1, (1, 512)), planner.stage_cost(1, (4, 512))
+    assert 0 < small["fwd_ms"] < big["fwd_ms"] and small["bwd_ms"] > small["fwd_ms"]
+    assert big["stored_bytes"] > small["stored_bytes"] > 0 and big["static_bytes"] == small["static_bytes"]
+    # full recomputation stores less and recomputes the forward in the backward
+    full = planner.stage_cost(1, (4, 512), recompute="full")
+    assert full["stored_bytes"] < big["stored_bytes"] and full["bwd_ms"] > big["bwd_ms"]
+    # the plan's estimates are the cost model's for the micro-batch shapes (stage 1 of 4)
+    plan = planner.plan(INPUTS, TARGETS)
+    if plan.recompute == "none":
+        for mb in plan.microbatches:
+            assert mb.est_fwd_ms[1] == pytest.approx(planner.stage_cost(1, mb.shape)["fwd_ms"])
+    assert "gpt-6.7b" in dynapipe.model_presets() and "a100-40g" in dynapipe.device_presets()
+    with pytest.raises(dynapipe.InvalidArgument, match=r"stage must be in \[0, 3\], got 4"):
+        planner.stage_cost(4, (1, 8))
+    with pytest.raises(dynapipe.InvalidArgument, match=r"shape must be \(batch, seqlen\), got 3 values"):
+        planner.stage_cost(0, (1, 8, 8))
+    with pytest.raises(dynapipe.InvalidArgument, match="recompute must be one of"):
+        planner.stage_cost(0, (1, 8), recompute="half")
