@@ -8,6 +8,7 @@
 #include "bindings.h"
 #include "dynapipe/plan/plan_binary.h"
 #include "dynapipe/plan/plan_json.h"
+#include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe::python {
 namespace {
@@ -126,7 +127,8 @@ void bind_plan(py::module_& m) {
         const int replica = r.executors.empty() ? 0 : r.executors.front().replica;
         return replica_microbatches(r, replica, kind);
       })
-      .def_readonly("schedule", &ReplicaPlan::schedule)
+      .def_property_readonly("schedule", [](const ReplicaPlan& r) { return std::string(schedule_kind_name(r.schedule)); },
+                             "The schedule chosen, e.g. 'wait-free-cyclic' (never 'auto').")
       .def_property_readonly("recompute", [](const ReplicaPlan& r) { return std::string(recompute_name(r.recompute)); })
       .def_readonly("est_iteration_ms", &ReplicaPlan::est_iteration_ms)
       .def_readonly("est_peak_memory_bytes", &ReplicaPlan::est_peak_memory_bytes)
@@ -155,7 +157,7 @@ void bind_plan(py::module_& m) {
         return out;
       }, "Every replica's micro-batches, replica 0 first (MicroBatch.replica tells which).")
       .def_property_readonly("schedule", [](const IterationPlan& p) {
-        return p.replicas.empty() ? std::string() : p.replicas.front().schedule;
+        return p.replicas.empty() ? std::string() : std::string(schedule_kind_name(p.replicas.front().schedule));
       }, "The schedule replica 0 runs (ReplicaPlan.schedule per replica).")
       .def_property_readonly("recompute", [](const IterationPlan& p) {
         return p.replicas.empty() ? std::string() : std::string(recompute_name(p.replicas.front().recompute));
@@ -178,7 +180,7 @@ void bind_plan(py::module_& m) {
         std::size_t mbs = 0;
         for (const ReplicaPlan& r : p.replicas) mbs += r.microbatches.size();
         return cat("<IterationPlan index=", p.index, " samples=", p.sample_ids.size(), " microbatches=", mbs,
-                   " schedule=", p.replicas.empty() ? "" : p.replicas.front().schedule,
+                   " schedule=", p.replicas.empty() ? std::string_view() : schedule_kind_name(p.replicas.front().schedule),
                    " est_iteration_ms=", p.est_iteration_ms, ">");
       });
 

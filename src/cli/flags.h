@@ -1,4 +1,4 @@
-// Flags shared by `plan`, `simulate` and `train`, declared once: the rows of
+// Flags shared by `plan`, `simulate` and `train`, declared once (docs/cli.md): the rows of
 // plan_option_table() (planner/plan_options.h), which Python's dynapipe.Planner reads too.
 #pragma once
 

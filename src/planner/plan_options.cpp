@@ -4,8 +4,8 @@
 #include <string_view>
 #include <utility>
 
-#include "dynapipe/batching/strategy.h"
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/schedule/schedule.h"
@@ -23,8 +23,8 @@ std::vector<std::string> strategy_choices() {
 }
 
 std::vector<std::string> schedule_choices() {
-  std::vector<std::string> names = {"auto"};
-  for (const std::string& name : schedule_names()) names.push_back(name);
+  std::vector<std::string> names;
+  for (std::string_view name : schedule_kind_names()) names.emplace_back(name);  // "auto" first
   return names;
 }
 
@@ -133,8 +133,9 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   PlanConfig config;
   config.model = load_model_spec(options.model);
   config.samples_path = options.samples;
-  config.strategy = options.strategy;
-  config.schedule = options.schedule;
+  // Validated above against the same name tables, so the parses succeed.
+  config.strategy = *parse_strategy(options.strategy);
+  config.schedule = *parse_schedule_kind(options.schedule);
   config.cost_model = options.cost_model;
   config.pp = static_cast<int>(options.pp);
   config.dp = static_cast<int>(options.dp);

@@ -10,6 +10,8 @@
 #include <variant>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/strategy.h"
+#include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe {
 namespace {
@@ -32,8 +34,8 @@ TEST(PlanOptions, DefaultsAreValidAndResolve) {
   EXPECT_EQ(config.max_seqlen, 2048);
   EXPECT_EQ(config.max_target_len, 2048);  // 0 means "same as max_seqlen"
   EXPECT_EQ(config.global_batch_tokens, 65536);
-  EXPECT_EQ(config.strategy, "dynapipe");
-  EXPECT_EQ(config.schedule, "auto");
+  EXPECT_EQ(config.strategy, Strategy::DynaPipe);
+  EXPECT_EQ(config.schedule, ScheduleKind::Auto);
 }
 
 TEST(PlanOptions, NamesAndFlagsAreUniqueAndSpelledAlike) {

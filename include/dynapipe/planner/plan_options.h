@@ -28,6 +28,8 @@ struct PlanOptions {
   std::int64_t max_seqlen = 2048;
   std::int64_t max_target_len = 0;  // 0: same as max_seqlen
   std::int64_t global_batch_tokens = 65536;
+  // Spellings from strategy_names() / schedule_kind_names(); to_plan_config() parses
+  // them into PlanConfig's enums (the CLI and Python both pass text).
   std::string strategy = "dynapipe";
   std::string schedule = "auto";
   double memory_limit_gib = 0;  // 0: the device's memory
