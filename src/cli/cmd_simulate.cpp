@@ -7,6 +7,7 @@
 #include "cli/flags.h"
 #include "cli/output_file.h"
 #include "cli/run_planner.h"
+#include "dynapipe/batching/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
@@ -33,22 +34,29 @@ std::string memory_cell(const std::vector<std::int64_t>& bytes) {
 void run_simulate(const SimulateFlags& flags) {
   const PlanConfig base = to_plan_config(flags.common);
   const std::vector<GlobalBatch> batches = load_global_batches(base);
-  std::printf("dynapipe simulate: %s, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
-              base.model.name.c_str(), base.pp, base.dp, static_cast<long long>(base.max_seqlen),
+  std::printf("dynapipe simulate: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
+              base.model.name.c_str(), base.tp, base.pp, base.dp, static_cast<long long>(base.max_seqlen),
               static_cast<long long>(base.global_batch_tokens), base.cost_model.c_str(),
               batches.size());
   TextTable table({"strategy", "schedule", "est. iter ms", "tokens/s", "bubble", "peak GiB/stage",
                    "ideal ms", "vs ideal"});
   ExecutionPlan best_plan;
   double best_ms = 0;
+  std::vector<GlobalBatch> megatron_batches;  // packing-megatron's rows-based batches, when asked
   for (const std::string& strategy : split(flags.strategies, ',')) {
+    const bool megatron = strategy == strategy_name(Strategy::PackingMegatron);
+    if (megatron && megatron_batches.empty()) {
+      PlanConfig config = base;
+      config.strategy = strategy;
+      megatron_batches = load_global_batches(config);
+    }
     for (const std::string& schedule : split(flags.schedules, ',')) {
       PlanConfig config = base;
       config.strategy = strategy;
       config.schedule = schedule;
       PlannedRun run;
       try {
-        run = plan_batches(config, batches, (strategy + "/" + schedule).c_str());
+        run = plan_batches(config, megatron ? megatron_batches : batches, (strategy + "/" + schedule).c_str());
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
         table.add_row({strategy, schedule, "-", "-", "-", "-", "-",

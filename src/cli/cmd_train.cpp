@@ -11,6 +11,7 @@
 
 #include "cli/command.h"
 #include "cli/flags.h"
+#include "dynapipe/core/error.h"
 #include "dynapipe/runtime/train.h"
 
 namespace dynapipe::cli {
@@ -83,6 +84,12 @@ void setup_train(CLI::App& app) {
   cmd->callback([args] {
     auto& options = args->options;
     options.plan = to_plan_config(args->common);
+    if (options.plan.tp > 1) {
+      // The runtime's stage models hold whole layers; nothing splits a layer over devices.
+      throw Error(ErrorKind::Unsupported,
+                  cat("dynapipe train: --tp must be 1 (this runtime has no tensor-parallel layers; "
+                      "plan or simulate tp > 1 instead), got ", options.plan.tp));
+    }
     options.progress = !args->no_progress;
     options.worker_command = own_command_line();
     auto summary = runtime::run_training(options);

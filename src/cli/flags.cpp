@@ -1,5 +1,6 @@
 #include "cli/flags.h"
 
+#include "dynapipe/batching/strategy.h"
 #include "dynapipe/cost/model_spec.h"
 
 namespace dynapipe::cli {
@@ -12,6 +13,8 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
     command.add_option("--data", flags.samples, "Samples file (JSONL, optionally gzip)");
   }
   command.add_option("--model", flags.model, "Model preset or JSON file")->capture_default_str();
+  command.add_option("--tp", flags.tp, "Tensor-parallel devices per stage (plan, simulate)")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
   command.add_option("--pp", flags.pp, "Pipeline stages")
       ->check(CLI::Range(1, 1024))->capture_default_str();
   command.add_option("--dp", flags.dp, "Data-parallel replicas")
@@ -26,7 +29,7 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
                      "Token budget of one global batch (all replicas)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   command.add_option("--strategy", flags.strategy, "Micro-batching strategy")
-      ->check(CLI::IsMember({"dynapipe", "padding", "packing", "packing-varlen", "token-based"}))
+      ->check(CLI::IsMember(strategy_names_as_strings()))
       ->capture_default_str();
   command.add_option("--schedule", flags.schedule, "Pipeline schedule")
       ->check(CLI::IsMember(
@@ -44,6 +47,18 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
   command.add_option("--seqlen-multiple", flags.seqlen_multiple,
                      "Round micro-batch sequence lengths up to this multiple")
       ->check(CLI::Range(1, 4096))->capture_default_str();
+  command.add_option("--micro-batch-size", flags.micro_batch_size,
+                     "Rows per micro-batch for padding/packing strategies (0: the most that fit)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24))->capture_default_str();
+  command.add_option("--recompute", flags.recompute,
+                     "One recompute mode for every micro-batch (auto: the planner picks)")
+      ->check(CLI::IsMember({"auto", "none", "selective", "full"}))->capture_default_str();
+}
+
+std::vector<std::string> strategy_names_as_strings() {
+  std::vector<std::string> names;
+  for (std::string_view name : strategy_names()) names.emplace_back(name);
+  return names;
 }
 
 PlanConfig to_plan_config(const CommonFlags& flags) {
@@ -53,6 +68,7 @@ PlanConfig to_plan_config(const CommonFlags& flags) {
   config.strategy = flags.strategy;
   config.schedule = flags.schedule;
   config.cost_model = flags.cost_model;
+  config.tp = flags.tp;
   config.pp = flags.pp;
   config.dp = flags.dp;
   config.max_seqlen = flags.max_seqlen;
@@ -62,6 +78,8 @@ PlanConfig to_plan_config(const CommonFlags& flags) {
   config.seqlen_multiple = flags.seqlen_multiple;
   config.seed = flags.seed;
   config.iterations = flags.iterations;
+  config.micro_batch_size = flags.micro_batch_size;
+  if (flags.recompute != "auto") config.recompute = parse_recompute(flags.recompute);
   return config;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dynapipe/plan/execution_plan.h"
 
@@ -13,6 +14,7 @@ namespace dynapipe::cli {
 struct CommonFlags {
   std::string samples;  // --samples (plan, simulate) / --data (train)
   std::string model = "gpt-tiny";
+  int tp = 1;
   int pp = 1;
   int dp = 1;
   std::int64_t max_seqlen = 2048;
@@ -25,12 +27,17 @@ struct CommonFlags {
   std::int64_t iterations = 0;  // 0: all
   std::uint64_t seed = 0;
   int seqlen_multiple = 8;
+  std::int64_t micro_batch_size = 0;  // 0: the strategy's choice
+  std::string recompute = "auto";
 };
 
 enum class SamplesFlag { Samples, Data };
 
 // Adds the common flags to `command`; `samples_flag` picks --samples or --data.
 void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples_flag);
+
+// Every --strategy spelling (batching/strategy.h's table), for CLI11 choices.
+std::vector<std::string> strategy_names_as_strings();
 
 // The PlanConfig these flags describe (model resolved from its preset or file).
 PlanConfig to_plan_config(const CommonFlags& flags);

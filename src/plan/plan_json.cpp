@@ -65,6 +65,7 @@ Json config_to_json(const PlanConfig& c) {
   j["strategy"] = c.strategy;
   j["schedule"] = c.schedule;
   j["cost_model"] = c.cost_model;
+  if (c.tp != 1) j["tp"] = c.tp;  // absent = 1 (plans from before tensor parallelism)
   j["pp"] = c.pp;
   j["dp"] = c.dp;
   j["chunks"] = c.chunks;
@@ -75,6 +76,8 @@ Json config_to_json(const PlanConfig& c) {
   j["seqlen_multiple"] = c.seqlen_multiple;
   j["seed"] = c.seed;
   j["iterations"] = c.iterations;
+  if (c.micro_batch_size != 0) j["micro_batch_size"] = c.micro_batch_size;
+  if (c.recompute) j["recompute"] = recompute_name(*c.recompute);
   return j;
 }
 
@@ -318,6 +321,7 @@ PlanConfig config_from(const Node& n) {
   c.strategy = n["strategy"].string();
   c.schedule = n["schedule"].string();
   c.cost_model = n["cost_model"].string();
+  if (n.has("tp")) c.tp = n["tp"].int32(1);
   c.pp = n["pp"].int32(1);
   c.dp = n["dp"].int32(1);
   c.chunks = n["chunks"].int32(1);
@@ -328,6 +332,13 @@ PlanConfig config_from(const Node& n) {
   c.seqlen_multiple = n["seqlen_multiple"].int32(1);
   c.seed = n["seed"].uint64();
   c.iterations = n["iterations"].int64(0);
+  if (n.has("micro_batch_size")) c.micro_batch_size = n["micro_batch_size"].int64(0);
+  if (n.has("recompute")) {
+    const Node recompute = n["recompute"];
+    const auto mode = parse_recompute(recompute.string());
+    if (!mode) recompute.fail("one of \"none\", \"selective\", \"full\"");
+    c.recompute = *mode;
+  }
   return c;
 }
 
