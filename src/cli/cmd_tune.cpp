@@ -38,6 +38,8 @@ struct TuneFlags {
   std::uint64_t seed = 0;
   int seqlen_multiple = 8;
   bool summary_json = false;
+  bool megatron_token_batches = false;
+  bool megatron_free_recompute = false;
 };
 
 // The ratios are against this strategy when it has a result (the paper's baseline), else
@@ -68,6 +70,8 @@ void run_tune(const TuneFlags& flags) {
   base.seqlen_multiple = flags.seqlen_multiple;
   options.gpus = flags.gpus;
   options.iterations = flags.iterations;
+  options.megatron_token_batches = flags.megatron_token_batches;
+  options.megatron_free_recompute = flags.megatron_free_recompute;
   if (!flags.strategies.empty()) options.strategies = split(flags.strategies, ',');
   options.validate();
   // Fail fast on the cost model and model (e.g. a100-measured with another model) before
@@ -174,6 +178,10 @@ void setup(CLI::App& app) {
       ->check(CLI::Range(1, 4096))->capture_default_str();
   command->add_flag("--summary-json", flags->summary_json,
                     "Print one JSON object {\"strategies\": {name: {tp, pp, dp, est_tokens_per_s, ...}}}");
+  command->add_flag("--megatron-token-batches", flags->megatron_token_batches,
+                    "Ablation: plan packing-megatron on the token-budget global batches");
+  command->add_flag("--megatron-free-recompute", flags->megatron_free_recompute,
+                    "Ablation: also let packing-megatron pick recompute per iteration");
   command->callback([flags] { run_tune(*flags); });
 }
 

@@ -79,7 +79,7 @@ TuneResult tune(const std::vector<Sample>& samples, const std::vector<SampleId>&
   std::vector<Candidate> candidates;
   for (const std::string& strategy : strategies) {
     const bool megatron = parse_strategy(strategy) == Strategy::PackingMegatron;
-    if (megatron && megatron_batches.empty()) {
+    if (megatron && megatron_batches.empty() && !options.megatron_token_batches) {
       megatron_batches = form_megatron_global_batches(samples, truncated, rows, base.global_batch_tokens,
                                                       options.iterations);
     }
@@ -93,6 +93,7 @@ TuneResult tune(const std::vector<Sample>& samples, const std::vector<SampleId>&
       const std::int64_t per_replica = std::max<std::int64_t>(1, megatron_rows / layout.dp);
       for (std::int64_t mbs = 1; mbs <= std::min(per_replica, options.max_micro_batch_size); mbs *= 2) {
         for (Recompute mode : kRecomputeModes) candidates.push_back({strategy, layout, mbs, mode});
+        if (options.megatron_free_recompute) candidates.push_back({strategy, layout, mbs, std::nullopt});
       }
     }
   }
@@ -114,7 +115,8 @@ TuneResult tune(const std::vector<Sample>& samples, const std::vector<SampleId>&
     try {
       const Planner planner(config, planner_options);
       std::vector<IterationPlan> iterations;
-      for (const GlobalBatch& batch : megatron ? megatron_batches : token_batches) {
+      const bool own_batches = megatron && !options.megatron_token_batches;
+      for (const GlobalBatch& batch : own_batches ? megatron_batches : token_batches) {
         iterations.push_back(planner.plan_iteration(batch));
       }
       const PlanSummary summary = summarize(iterations);

@@ -2,7 +2,7 @@
 // every (tensor, pipeline, data)-parallel layout of the GPUs for each strategy (and, for
 // packing-megatron, every micro-batch size and recompute mode, which it fixes for a whole
 // run), plans a few global batches at each point and keeps the configuration with the
-// highest estimated tokens/s per strategy (`dynapipe tune`, docs/tune.md).
+// highest estimated tokens/s per strategy (`dynapipe tune`, docs/cli.md).
 //
 //   TuneOptions options;
 //   options.base = config;              // model, cost model, data limits, memory limit
@@ -41,6 +41,11 @@ struct TuneOptions {
   std::int64_t iterations = 3;           // global batches planned per point, >= 1
   // packing-megatron's micro-batch sizes: powers of two up to this many rows (>= 1).
   std::int64_t max_micro_batch_size = 64;
+  // Ablations of packing-megatron, to measure its causes one at a time (docs/RESULTS.md):
+  // plan it on the shared token-budget global batches instead of its rows-based ones;
+  // also try the recompute mode chosen per iteration (no fixed mode for the run).
+  bool megatron_token_batches = false;
+  bool megatron_free_recompute = false;
   // Called after each point: (points done, points in all). May be empty.
   std::function<void(int, int)> progress;
   void validate() const;  // throws InvalidArgument naming the field
