@@ -18,7 +18,7 @@ namespace {
 
 AttentionMode attention_mode(const std::string& strategy) {
   if (strategy == "packing-varlen") return AttentionMode::Varlen;
-  if (strategy == "packing") return AttentionMode::Packed;
+  if (strategy == "packing" || strategy == "packing-megatron") return AttentionMode::Packed;
   return AttentionMode::Padded;
 }
 
