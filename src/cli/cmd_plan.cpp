@@ -10,6 +10,7 @@
 #include "cli/flags.h"
 #include "cli/output_file.h"
 #include "cli/run_planner.h"
+#include "dynapipe/batching/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/plan/plan_json.h"
@@ -30,11 +31,9 @@ struct PlanFlags {
 };
 
 std::vector<std::string> comparison_strategies(const std::string& chosen) {
-  std::vector<std::string> all = {"dynapipe", "padding", "packing", "packing-varlen",
-                                  "token-based"};
   std::vector<std::string> order = {chosen};
-  for (const auto& s : all) {
-    if (s != chosen) order.push_back(s);
+  for (std::string_view s : strategy_names()) {
+    if (s != chosen) order.emplace_back(s);
   }
   return order;
 }
@@ -102,8 +101,8 @@ void run_plan(const PlanFlags& flags) {
     return;
   }
 
-  std::printf("dynapipe plan: %s, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s\n",
-              config.model.name.c_str(), config.pp, config.dp,
+  std::printf("dynapipe plan: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s\n",
+              config.model.name.c_str(), config.tp, config.pp, config.dp,
               static_cast<long long>(config.max_seqlen),
               static_cast<long long>(config.global_batch_tokens), config.cost_model.c_str());
   std::printf("%zu iterations planned; plan written to %s\n\n", plan.iterations.size(),
@@ -119,7 +118,11 @@ void run_plan(const PlanFlags& flags) {
       PlanConfig other = config;
       other.strategy = strategy;
       try {
-        runs.emplace_back(strategy, plan_batches(other, batches, strategy.c_str()));
+        // packing-megatron's global batches are rows-based; the others share token batches.
+        const std::string megatron(strategy_name(Strategy::PackingMegatron));
+        const bool own_batches = (strategy == megatron) != (config.strategy == megatron);
+        runs.emplace_back(strategy, plan_batches(other, own_batches ? load_global_batches(other) : batches,
+                                                 strategy.c_str()));
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible) throw;
         std::fprintf(stderr, "%s: infeasible: %s\n", strategy.c_str(), e.what());
