@@ -6,6 +6,7 @@
 #include "dynapipe/batching/megatron_packing.h"
 #include "dynapipe/batching/strategy.h"
 #include "dynapipe/core/error.h"
+#include "dynapipe/cost/cost_model.h"
 #include "dynapipe/data/global_batch.h"
 #include "dynapipe/planner/planner.h"
 
@@ -64,6 +65,17 @@ TuneResult tune(const std::vector<Sample>& samples, const std::vector<SampleId>&
   const PlanConfig& base = options.base;
   TuneResult result;
   result.layouts = tune_layouts(base.model, options.gpus);
+  // Degrees the cost model has no data for (a100-measured: 1, 2, 4, 8; a profile: its
+  // own) are not searched.
+  std::erase_if(result.layouts, [&](const TuneLayout& layout) {
+    try {
+      make_cost_model(base.cost_model, base.model, {.tp = layout.tp});
+      return false;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::InvalidArgument || layout.tp == 1) throw;
+      return true;
+    }
+  });
   const std::vector<std::string> strategies = strategies_of(options);
 
   // The global batches: shared by every strategy but packing-megatron, whose batches are

@@ -94,6 +94,19 @@ TEST(TuneTest, BestIsTheFastestFeasiblePointAndReplansTheSame) {
   EXPECT_DOUBLE_EQ(summary.est_tokens_per_s, megatron.est_tokens_per_s);
 }
 
+TEST(TuneTest, LayoutsWithoutMeasurementsAreLeftOut) {
+  TuneOptions options = small_options();
+  options.base.model = load_model_spec("gpt-6.7b");
+  options.base.cost_model = "a100-measured";  // tp 1, 2, 4, 8 only
+  options.base.memory_limit_gib = 35.16;
+  options.gpus = 16;
+  options.strategies = {"packing-varlen"};
+  const TuneResult r = tune(small_samples(), {}, options);
+  EXPECT_EQ(r.layouts.size(), tune_layouts(options.base.model, 16).size() - 1);  // (16, 1, 1)
+  for (const TuneLayout& layout : r.layouts) EXPECT_LE(layout.tp, 8);
+  EXPECT_EQ(r.best.count("packing-varlen"), 1u);
+}
+
 TEST(TuneTest, BadOptionsAreNamed) {
   TuneOptions options = small_options();
   options.strategies = {"dynapipe", "packin"};

@@ -76,7 +76,8 @@ struct TuneResult {
 std::vector<TuneLayout> tune_layouts(const ModelSpec& model, int gpus);
 
 // Runs the search over `samples` (file order; `truncated` as Dataset::truncated_ids()).
-// Points whose plan is infeasible (memory) or unsupported are skipped; other errors
+// Layouts whose tp the cost model has no data for (a100-measured at tp 16) are left out;
+// points whose plan is infeasible (memory) or unsupported are skipped; other errors
 // propagate. Deterministic.
 TuneResult tune(const std::vector<Sample>& samples, const std::vector<SampleId>& truncated,
                 const TuneOptions& options);
