@@ -10,7 +10,7 @@
 
 #include "cli/command.h"
 #include "cli/flags.h"
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/cost/cost_model.h"
@@ -34,7 +34,7 @@ struct TuneFlags {
   std::int64_t global_batch_tokens = 65536;
   std::int64_t iterations = 3;
   std::string strategies;  // empty: all
-  std::string schedule = "auto";
+  ScheduleKind schedule = ScheduleKind::Auto;
   std::uint64_t seed = 0;
   int seqlen_multiple = 8;
   bool summary_json = false;
@@ -171,8 +171,8 @@ void setup(CLI::App& app) {
   command->add_option("--strategies", flags->strategies, "Comma list of strategies (default: all)");
   command->add_option("--schedule", flags->schedule,
                       "Schedule for every strategy but packing-megatron (always 1f1b)")
-      ->check(CLI::IsMember({"auto", "gpipe", "1f1b", "interleaved", "cyclic", "wait-free-cyclic", "zb1p"}))
-      ->capture_default_str();
+      ->transform(schedule_transformer())
+      ->default_str(std::string(schedule_kind_name(flags->schedule)));
   command->add_option("--seed", flags->seed, "Seed of all randomness")->capture_default_str();
   command->add_option("--seqlen-multiple", flags->seqlen_multiple, "Round lengths up to this multiple")
       ->check(CLI::Range(1, 4096))->capture_default_str();

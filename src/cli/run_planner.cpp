@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "dynapipe/batching/megatron_packing.h"
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/truncation.h"
 #include "dynapipe/data/global_batch.h"
@@ -26,7 +26,7 @@ std::vector<GlobalBatch> load_global_batches(const PlanConfig& config) {
   // packing-megatron's global batch is a number of padded rows (its token budget counts
   // padding); every other strategy shares the token-budget batches.
   std::vector<GlobalBatch> batches =
-      config.strategy == strategy_name(Strategy::PackingMegatron)
+      config.strategy == Strategy::PackingMegatron
           ? form_megatron_global_batches(dataset.samples(), dataset.truncated_ids(), megatron_rows(config),
                                          config.global_batch_tokens, config.iterations)
           : form_global_batches(dataset.samples(), dataset.truncated_ids(), config.global_batch_tokens,

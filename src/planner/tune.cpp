@@ -4,11 +4,12 @@
 #include <algorithm>
 
 #include "dynapipe/batching/megatron_packing.h"
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/cost/cost_model.h"
 #include "dynapipe/data/global_batch.h"
 #include "dynapipe/planner/planner.h"
+#include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe {
 namespace {
@@ -116,7 +117,7 @@ TuneResult tune(const std::vector<Sample>& samples, const std::vector<SampleId>&
   for (const Candidate& c : candidates) {
     ++result.points_tried[c.strategy];
     PlanConfig config = base;
-    config.strategy = c.strategy;
+    config.strategy = *parse_strategy(c.strategy);
     config.tp = c.layout.tp;
     config.pp = c.layout.pp;
     config.dp = c.layout.dp;
@@ -138,7 +139,7 @@ TuneResult tune(const std::vector<Sample>& samples, const std::vector<SampleId>&
                       .recompute = c.recompute,
                       .schedule = iterations.empty() || iterations[0].replicas.empty()
                                       ? std::string()
-                                      : iterations[0].replicas[0].schedule,
+                                      : std::string(schedule_kind_name(iterations[0].replicas[0].schedule)),
                       .est_tokens_per_s = summary.est_tokens_per_s,
                       .est_iteration_ms = summary.mean_est_iteration_ms,
                       .padding_efficiency = summary.padding_efficiency,

@@ -25,11 +25,11 @@ PlannerOptions options_with(bool fixed_layout, std::vector<double> shares = {0.7
   return options;
 }
 
-PlanConfig gpt_config(const std::string& strategy, int pp, int dp, std::int64_t max_seqlen) {
+PlanConfig gpt_config(std::string_view strategy, int pp, int dp, std::int64_t max_seqlen) {
   PlanConfig config;
   config.model = load_model_spec("gpt-6.7b");
   config.samples_path = DYNAPIPE_SOURCE_DIR "/assets/flan_like_mix.jsonl.gz";
-  config.strategy = strategy;
+  config.strategy = *parse_strategy(strategy);
   config.cost_model = "analytic:a100-40g";
   config.pp = pp;
   config.dp = dp;
@@ -134,7 +134,7 @@ TEST(PlannerTensorParallelTest, TpShardsTheStaticMemory) {
   PlanConfig config;
   config.model = load_model_spec("gpt-6.7b");
   config.cost_model = "a100-measured";
-  config.strategy = "dynapipe";
+  config.strategy = Strategy::DynaPipe;
   config.max_seqlen = 2048;
   config.max_target_len = 2048;
   config.global_batch_tokens = 16384;
@@ -168,7 +168,7 @@ TEST(PlannerTensorParallelTest, PackingMegatronKeepsItsFixedChoices) {
   for (const GlobalBatch& batch : batches_of(config, 2)) {
     const IterationPlan plan = planner.plan_iteration(batch);
     for (const ReplicaPlan& replica : plan.replicas) {
-      EXPECT_EQ(replica.schedule, "1f1b");
+      EXPECT_EQ(replica.schedule, ScheduleKind::OneFOneB);
       EXPECT_EQ(replica.recompute, Recompute::Full);
       for (const MicroBatch& mb : replica.microbatches) {
         EXPECT_LE(mb.shape.batch, 2);

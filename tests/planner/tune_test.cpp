@@ -81,7 +81,7 @@ TEST(TuneTest, BestIsTheFastestFeasiblePointAndReplansTheSame) {
 
   // The winner's configuration planned directly gives the same estimate.
   PlanConfig config = options.base;
-  config.strategy = "packing-megatron";
+  config.strategy = Strategy::PackingMegatron;
   config.tp = megatron.layout.tp;
   config.pp = megatron.layout.pp;
   config.dp = megatron.layout.dp;
