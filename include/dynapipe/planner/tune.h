@@ -20,16 +20,14 @@
 #include <vector>
 
 #include "dynapipe/core/model_kind.h"
+#include "dynapipe/core/rank_layout.h"
 #include "dynapipe/core/sample.h"
 #include "dynapipe/plan/execution_plan.h"
 
 namespace dynapipe {
 
-// One parallel layout: tp * pp * dp = the GPU count.
-struct TuneLayout {
-  int tp = 1, pp = 1, dp = 1;
-  friend bool operator==(const TuneLayout&, const TuneLayout&) = default;
-};
+// One parallel layout: gpus() = tp * pp * dp = the GPU count.
+using TuneLayout = RankLayout;
 
 struct TuneOptions {
   // Model, cost model, max_seqlen / max_target_len, global_batch_tokens, memory limit,
