@@ -141,6 +141,7 @@ class Planner:
         self,
         *,
         model: _Path = "gpt-tiny",
+        tp: int = 1,
         pp: int = 1,
         dp: int = 1,
         zero: int = 0,
@@ -154,6 +155,8 @@ class Planner:
         iterations: int = 0,
         seed: int = 0,
         seqlen_multiple: int = 8,
+        micro_batch_size: int = 0,
+        recompute: str = "auto",
     ) -> None: ...
     @property
     def options(self) -> Dict[str, Any]: ...

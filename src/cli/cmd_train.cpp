@@ -108,6 +108,12 @@ void setup_train(CLI::App& app) {
   cmd->callback([args] {
     auto& options = args->options;
     options.plan = to_plan_config(args->common);
+    if (options.plan.tp > 1) {
+      // The runtime's stage models hold whole layers; nothing splits a layer over devices.
+      throw Error(ErrorKind::Unsupported,
+                  cat("dynapipe train: --tp must be 1 (this runtime has no tensor-parallel layers; "
+                      "plan or simulate tp > 1 instead), got ", options.plan.tp));
+    }
     options.plan_store_password = plan_store_password(args->password_file);
     options.progress = !args->no_progress;
     options.worker_command = own_command_line();

@@ -48,6 +48,8 @@ std::vector<PlanOptionSpec> make_table() {
   using O = PlanOptions;
   std::vector<PlanOptionSpec> t;
   t.push_back(row("--model", "model", "Model preset or JSON file", &O::model));
+  t.push_back(row("--tp", "tp", "Tensor-parallel devices per stage (plan, simulate, tune)", &O::tp,
+               1, 1024));
   t.push_back(row("--pp", "pp", "Pipeline stages", &O::pp, 1, 1024));
   t.push_back(row("--dp", "dp", "Data-parallel replicas", &O::dp, 1, 1024));
   t.push_back(row("--zero", "zero", "ZeRO stage: 1 shards the optimizer states over the --dp replicas",
@@ -76,6 +78,12 @@ std::vector<PlanOptionSpec> make_table() {
   t.push_back(row("--seqlen-multiple", "seqlen_multiple",
                "Round micro-batch sequence lengths up to this multiple", &O::seqlen_multiple, 1,
                4096));
+  t.push_back(row("--micro-batch-size", "micro_batch_size",
+               "Rows per micro-batch for padding/packing strategies (0: the most that fit)",
+               &O::micro_batch_size, 0, kMaxLen));
+  t.push_back(row("--recompute", "recompute",
+               "One recompute mode for every micro-batch (auto: the planner picks)", &O::recompute, 0,
+               0, {"auto", "none", "selective", "full"}));
   return t;
 }
 
@@ -139,6 +147,7 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   config.strategy = *parse_strategy(options.strategy);
   config.schedule = *parse_schedule_kind(options.schedule);
   config.cost_model = options.cost_model;
+  config.tp = static_cast<int>(options.tp);
   config.pp = static_cast<int>(options.pp);
   config.dp = static_cast<int>(options.dp);
   config.zero = static_cast<int>(options.zero);
@@ -149,6 +158,8 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   config.seqlen_multiple = static_cast<int>(options.seqlen_multiple);
   config.seed = options.seed;
   config.iterations = options.iterations;
+  config.micro_batch_size = options.micro_batch_size;
+  if (options.recompute != "auto") config.recompute = parse_recompute(options.recompute);
   return config;
 }
 

@@ -23,6 +23,7 @@ namespace dynapipe {
 struct PlanOptions {
   std::string samples;  // --samples (plan, simulate) / --data (train); not in the table
   std::string model = "gpt-tiny";
+  std::int64_t tp = 1;  // tensor-parallel devices per stage (plan, simulate, tune)
   std::int64_t pp = 1;
   std::int64_t dp = 1;
   std::int64_t zero = 0;  // ZeRO stage: 0, or 1 (optimizer states sharded over dp)
@@ -38,6 +39,8 @@ struct PlanOptions {
   std::int64_t iterations = 0;  // 0: all
   std::uint64_t seed = 0;
   std::int64_t seqlen_multiple = 8;
+  std::int64_t micro_batch_size = 0;  // rows per micro-batch where the strategy fixes it; 0: its choice
+  std::string recompute = "auto";     // one mode for every micro-batch; auto: the planner picks
 };
 
 // One option. Integers and doubles are checked against [min, max] (inclusive; NaN is
