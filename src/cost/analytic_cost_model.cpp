@@ -190,7 +190,7 @@ class AnalyticCostModel final : public CostModel {
  public:
   AnalyticCostModel(const ModelSpec& model, const DeviceSpec& device, const CostModelOptions& options)
       : model_(model), device_(device), options_(options),
-        stages_(assign_layers_uniform(model, options.num_stages)) {
+        stages_(resolve_stage_layers(model, options)) {
     c_.e = device.bytes_per_element;
     c_.h = model.hidden;
     c_.k = model.attention_width();

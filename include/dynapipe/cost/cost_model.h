@@ -39,6 +39,9 @@ struct CostModelOptions {
   int num_stages = 1;     // pipeline stages the layers are split over (virtual stages when interleaved)
   int zero_shards = 1;    // ZeRO-1 shard factor for optimizer states (the data-parallel degree), >= 1
   int seqlen_multiple = 8;  // shapes are rounded up to this before costing; >= 1
+  // An explicit layer split (num_stages entries, a contiguous split as assign_layers()
+  // makes); empty: assign_layers_uniform(num_stages).
+  std::vector<StageLayers> layers = {};
   // Throws InvalidArgument naming the field.
   void validate() const;
   friend bool operator==(const CostModelOptions&, const CostModelOptions&) = default;
@@ -77,6 +80,10 @@ class CostModel {
 // profile) or InvalidArgument (bad options; a profile of a different model), naming the spec.
 std::unique_ptr<CostModel> make_cost_model(const std::string& spec, const ModelSpec& model,
                                            const CostModelOptions& options);
+
+// The layer split `options` describe for `model`: options.layers, checked to be a contiguous
+// split over options.num_stages stages, or the uniform one. Throws InvalidArgument.
+std::vector<StageLayers> resolve_stage_layers(const ModelSpec& model, const CostModelOptions& options);
 
 // Bytes of training state for `parameters` parameters: mixed precision (element size 2)
 // holds 2-byte params and grads + 12 bytes of fp32 master copy and Adam m, v; fp32
