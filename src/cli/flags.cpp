@@ -1,6 +1,12 @@
 #include "cli/flags.h"
 
+#include <cstdio>
+
+#include "cli/run_planner.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
 #include "dynapipe/cost/model_spec.h"
+#include "dynapipe/planner/layer_partition.h"
 
 namespace dynapipe::cli {
 
@@ -44,6 +50,11 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
   command.add_option("--seqlen-multiple", flags.seqlen_multiple,
                      "Round micro-batch sequence lengths up to this multiple")
       ->check(CLI::Range(1, 4096))->capture_default_str();
+  command.add_option("--partition", flags.partition,
+                     "Layers over pipeline stages: uniform, balanced (by the cost model) or joint "
+                     "(with the data's dynamic micro-batches)")
+      ->check(CLI::IsMember({"uniform", "balanced", "joint"}))
+      ->capture_default_str();
 }
 
 PlanConfig to_plan_config(const CommonFlags& flags) {
@@ -62,6 +73,20 @@ PlanConfig to_plan_config(const CommonFlags& flags) {
   config.seqlen_multiple = flags.seqlen_multiple;
   config.seed = flags.seed;
   config.iterations = flags.iterations;
+  const auto partition = parse_layer_partition(flags.partition);
+  if (!partition) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--partition must be one of ", join(layer_partition_names(), ", "), ", got \"", flags.partition, "\""));
+  }
+  if (*partition == LayerPartition::Joint && config.samples_path.empty()) {
+    throw Error(ErrorKind::InvalidArgument, "--partition joint needs the samples file (--samples / --data)");
+  }
+  config.stage_layers = choose_stage_layers(
+      config, *partition, *partition == LayerPartition::Joint ? load_global_batches(config) : std::vector<GlobalBatch>{});
+  if (!config.stage_layers.empty()) {
+    std::fprintf(stderr, "layers per stage: %s (--partition %s)\n", join(layers_per_stage(config.stage_layers), ",").c_str(),
+                 flags.partition.c_str());
+  }
   return config;
 }
 

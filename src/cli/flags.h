@@ -25,6 +25,7 @@ struct CommonFlags {
   std::int64_t iterations = 0;  // 0: all
   std::uint64_t seed = 0;
   int seqlen_multiple = 8;
+  std::string partition = "balanced";  // --partition: layers over stages (docs/partition.md)
 };
 
 enum class SamplesFlag { Samples, Data };
@@ -32,7 +33,8 @@ enum class SamplesFlag { Samples, Data };
 // Adds the common flags to `command`; `samples_flag` picks --samples or --data.
 void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples_flag);
 
-// The PlanConfig these flags describe (model resolved from its preset or file).
+// The PlanConfig these flags describe (model resolved from its preset or file; the layer
+// split chosen by --partition, which for joint plans the first global batches).
 PlanConfig to_plan_config(const CommonFlags& flags);
 
 }  // namespace dynapipe::cli

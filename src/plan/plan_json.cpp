@@ -75,6 +75,7 @@ Json config_to_json(const PlanConfig& c) {
   j["seqlen_multiple"] = c.seqlen_multiple;
   j["seed"] = c.seed;
   j["iterations"] = c.iterations;
+  if (!c.stage_layers.empty()) j["layers_per_stage"] = layers_per_stage(c.stage_layers);
   return j;
 }
 
@@ -328,6 +329,17 @@ PlanConfig config_from(const Node& n) {
   c.seqlen_multiple = n["seqlen_multiple"].int32(1);
   c.seed = n["seed"].uint64();
   c.iterations = n["iterations"].int64(0);
+  if (n.has("layers_per_stage")) {
+    const Node counts = n["layers_per_stage"];
+    std::vector<int> per_stage;
+    for (std::int64_t count : counts.int64s(1)) per_stage.push_back(static_cast<int>(count));
+    if (static_cast<int>(per_stage.size()) != c.pp) counts.fail(cat("pp (", c.pp, ") layer counts"));
+    try {
+      c.stage_layers = assign_layers(c.model, per_stage);
+    } catch (const Error&) {
+      counts.fail(cat("layer counts summing to the model's ", c.model.total_layers(), " layers"));
+    }
+  }
   return c;
 }
 

@@ -32,6 +32,9 @@ struct PlanConfig {
   int seqlen_multiple = 8;
   std::uint64_t seed = 0;
   std::int64_t iterations = 0;  // 0 = all
+  // The layers of each of the pp stages (cost model and stage models both read it); empty:
+  // assign_layers_uniform(model, pp). `--partition balanced|joint` fills it (docs/partition.md).
+  std::vector<StageLayers> stage_layers;
   friend bool operator==(const PlanConfig&, const PlanConfig&) = default;
 };
 

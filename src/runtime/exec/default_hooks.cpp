@@ -106,7 +106,10 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
       return encode_plan(planner->plan_iteration(batch));
     };
   }
-  const std::vector<StageLayers> layers = assign_layers_uniform(config.model, hooks.num_stages);
+  // The split the planner's cost model uses (--partition), so stage models hold the layers
+  // the plans were costed for.
+  const std::vector<StageLayers> layers =
+      config.stage_layers.empty() ? assign_layers_uniform(config.model, hooks.num_stages) : config.stage_layers;
   ModelOptions model_options;
   model_options.dropout = options.dropout;
   model_options.seed = config.seed;
