@@ -32,12 +32,11 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
                      "Token budget of one global batch (all replicas)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   command.add_option("--strategy", flags.strategy, "Micro-batching strategy")
-      ->check(CLI::IsMember({"dynapipe", "padding", "packing", "packing-varlen", "token-based"}))
-      ->capture_default_str();
+      ->transform(strategy_transformer())
+      ->default_str(std::string(strategy_name(flags.strategy)));
   command.add_option("--schedule", flags.schedule, "Pipeline schedule")
-      ->check(CLI::IsMember(
-          {"auto", "gpipe", "1f1b", "interleaved", "cyclic", "wait-free-cyclic", "zb1p"}))
-      ->capture_default_str();
+      ->transform(schedule_transformer())
+      ->default_str(std::string(schedule_kind_name(flags.schedule)));
   command.add_option("--memory-limit", flags.memory_limit_gib,
                      "Device memory per executor, GiB (default: the device's)")
       ->check(CLI::Range(0.0, 1e6));
@@ -55,6 +54,20 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
                      "(with the data's dynamic micro-batches)")
       ->check(CLI::IsMember({"uniform", "balanced", "joint"}))
       ->capture_default_str();
+}
+
+CLI::CheckedTransformer strategy_transformer() {
+  std::vector<std::pair<std::string, Strategy>> choices;
+  for (std::string_view name : strategy_names()) choices.emplace_back(name, *parse_strategy(name));
+  return CLI::CheckedTransformer(choices);
+}
+
+CLI::CheckedTransformer schedule_transformer() {
+  std::vector<std::pair<std::string, ScheduleKind>> choices;
+  for (std::string_view name : schedule_kind_names()) {
+    choices.emplace_back(name, *parse_schedule_kind(name));
+  }
+  return CLI::CheckedTransformer(choices);
 }
 
 PlanConfig to_plan_config(const CommonFlags& flags) {

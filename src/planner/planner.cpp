@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "dynapipe/batching/batching.h"
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/plan/lowering.h"
@@ -18,12 +18,6 @@ namespace dynapipe {
 namespace {
 
 constexpr int kInterleavedChunks = 2;
-
-bool known_schedule(const std::string& name) {
-  if (name == "auto") return true;
-  const auto& names = schedule_names();
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
 
 void validate_config(const PlanConfig& config) {
   config.model.validate();
@@ -45,16 +39,27 @@ void validate_config(const PlanConfig& config) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--memory-limit must be >= 0 GiB, got ", config.memory_limit_gib));
   }
-  if (!parse_strategy(config.strategy)) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat("--strategy must be one of ", join(strategy_names(), ", "), ", got \"",
-                    config.strategy, "\""));
+}
+
+// Replays the replica's programs (deadlock freedom, matching, buffers) and their memory
+// in instruction order: static bytes, each micro-batch's stored activations from F to its
+// B/W and every live message buffer together must stay within the memory limit. This is
+// the plan's memory claim checked independently of the simulator's timeline, which
+// chose the schedule.
+void verify_replica(const ReplicaPlan& replica, const PipelineProblem& problem,
+                    const CostModel& stage_model, std::int64_t memory_limit_bytes) {
+  VerifyOptions verify;
+  verify.layout = problem.layout;
+  verify.num_microbatches = static_cast<int>(replica.microbatches.size());
+  verify.static_bytes = problem.static_bytes;
+  verify.memory_limit_bytes = memory_limit_bytes;
+  verify.bytes_per_element = stage_model.device().bytes_per_element;
+  for (const auto& per_stage : problem.costs) {
+    std::vector<std::int64_t> stored;
+    for (const StageCost& c : per_stage) stored.push_back(c.stored_bytes);
+    verify.stored_bytes.push_back(std::move(stored));
   }
-  if (!known_schedule(config.schedule)) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat("--schedule must be auto or one of ", join(schedule_names(), ", "), ", got \"",
-                    config.schedule, "\""));
-  }
+  verify_programs(replica.executors, verify);
 }
 
 double percentile(std::vector<double> values, double q) {
@@ -151,13 +156,14 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   const bool interleaving_possible = config.pp > 1 && config.stage_layers.empty() &&
                                      config.model.total_layers() >= config.pp * kInterleavedChunks;
   const bool wants_interleaved =
-      config.schedule == "interleaved" || (config.schedule == "auto" && !options.fixed_layout);
-  if (config.schedule == "interleaved" && !config.stage_layers.empty()) {
+      config.schedule == ScheduleKind::Interleaved ||
+      (config.schedule == ScheduleKind::Auto && !options.fixed_layout);
+  if (config.schedule == ScheduleKind::Interleaved && !config.stage_layers.empty()) {
     throw Error(ErrorKind::InvalidArgument,
                 "--schedule interleaved places layers uniformly over virtual stages; it needs --partition uniform "
                 "(or a balanced split that came out uniform)");
   }
-  if (config.schedule == "interleaved" && !interleaving_possible) {
+  if (config.schedule == ScheduleKind::Interleaved && !interleaving_possible) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--schedule interleaved needs --pp >= 2 and at least ", kInterleavedChunks,
                     " layers per stage (", config.model.name, " has ", config.model.total_layers(),
@@ -168,7 +174,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
     CostModelOptions interleaved_options = cost_options;
     interleaved_options.num_stages = config.pp * kInterleavedChunks;
     m.interleaved_cost = make_cost_model(config.cost_model, config.model, interleaved_options);
-    if (config.schedule == "interleaved") m.config.chunks = kInterleavedChunks;
+    if (config.schedule == ScheduleKind::Interleaved) m.config.chunks = kInterleavedChunks;
   }
 
   m.memory_limit_bytes = config.memory_limit_gib > 0 ? gib_to_bytes(config.memory_limit_gib)
@@ -188,7 +194,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   }
 
   BatchingOptions& b = m.batching;
-  b.strategy = *parse_strategy(config.strategy);
+  b.strategy = config.strategy;
   b.kind = config.model.kind;
   b.num_stages = config.pp;
   b.dp = config.dp;
@@ -204,6 +210,9 @@ Planner::~Planner() = default;
 const PlanConfig& Planner::config() const { return impl_->config; }
 const CostModel& Planner::cost_model() const { return *impl_->cost; }
 const CostModel& Planner::base_cost_model() const { return *impl_->base_cost; }
+const std::vector<StageLayers>& Planner::stage_layers() const {
+  return impl_->config.chunks > 1 ? impl_->interleaved_cost->stages() : impl_->base_cost->stages();
+}
 
 IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
   const Impl& m = *impl_;
@@ -271,12 +280,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     lowering.order = &best.order;
     lowering.sim = &best.sim;
     replica.executors = lower_to_programs(lowering);
-    if (m.options.verify) {
-      VerifyOptions verify;
-      verify.layout = chosen.problem.layout;
-      verify.num_microbatches = static_cast<int>(microbatches.size());
-      verify_programs(replica.executors, verify);
-    }
+    if (m.options.verify) verify_replica(replica, chosen.problem, stage_model, m.memory_limit_bytes);
     iteration.est_iteration_ms = std::max(iteration.est_iteration_ms, replica.est_iteration_ms);
     iteration.replicas.push_back(std::move(replica));
   }

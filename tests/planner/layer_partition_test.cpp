@@ -72,7 +72,7 @@ TEST(LayerPartitionTest, BalancedFollowsTheCostModelAndThePlannerUsesIt) {
   const Planner planner(config);
   EXPECT_EQ(planner.cost_model().stages(), layers);
   EXPECT_EQ(planner.config().stage_layers, layers);
-  config.schedule = "interleaved";
+  config.schedule = ScheduleKind::Interleaved;
   EXPECT_THROW({ Planner p(config); }, Error);
 }
 

@@ -26,7 +26,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/microbatch.h"
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/core/sample.h"
@@ -91,7 +91,7 @@ double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microba
 // Σ t + (p − 1)·max t over one replica's micro-batch times (0 for none).
 double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages);
 
-// Real tokens / tokens computed over every micro-batch of every replica (CONTRACTS.md):
+// Real tokens / tokens computed over every micro-batch of every replica (docs/plan-format.md):
 // Σ real_tokens / Σ shape.tokens(). 1 for an empty result.
 double padding_efficiency(const BatchingResult& result);
 
