@@ -165,8 +165,10 @@ struct Solver {
         for (int j = i + 1; j < states; ++j) {
           Cell best = level.at(i, j, m);
           const bool has_output = j < states - 1;
-          for (int k : dag.states[j].ancestors) {
-            if (k < i) continue;  // A[i][k] is empty
+          const std::vector<int>& ancestors = dag.states[j].ancestors;
+          // A[i][k] is empty for k < i: start at the first ancestor >= i.
+          for (auto it = std::lower_bound(ancestors.begin(), ancestors.end(), i); it != ancestors.end(); ++it) {
+            const int k = *it;
             if (i > 0 && ancestor_sets[i - 1].contains(k)) continue;
             const double last_compute = compute(k + 1, j);
             if (std::isnan(last_compute)) continue;
@@ -297,8 +299,14 @@ PipeDreamPartition partition_pipedream(const ProfileGraph& graph, const PipeDrea
     if (l == 0) {
       solver.solve(level, compute_table);
     } else {
+      // The level below's best times, stored by (j, i) so the split loop (fixed j, i = k+1
+      // over the ancestors k) reads memory in order.
       const Level& below = solved[l - 1];
-      solver.solve(level, [&](int i, int j) { return j >= i ? below.at(i, j, below.workers - 1).time : kNone; });
+      std::vector<double> by_end(static_cast<std::size_t>(states) * (states + 1), kNone);
+      for (int i = 0; i <= states; ++i) {
+        for (int j = i; j < states; ++j) by_end[static_cast<std::size_t>(j) * (states + 1) + i] = below.at(i, j, below.workers - 1).time;
+      }
+      solver.solve(level, [&](int i, int j) { return by_end[static_cast<std::size_t>(j) * (states + 1) + i]; });
     }
   }
   const Level& top = solved.back();

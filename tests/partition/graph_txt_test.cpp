@@ -2,11 +2,13 @@
 // activations, and malformed input naming file, line and what was expected.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/partition/pipedream_partition.h"
 #include "dynapipe/partition/profile_graph.h"
 
 namespace dynapipe {
@@ -101,6 +103,26 @@ TEST(GraphTxt, MalformedInputNamesFileLineAndExpectation) {
   EXPECT_EQ(parse_error(a + "\n\tnode1 node2"), "bad.txt:2: expected an edge '<TAB><from> -- <to>', got 'node1 node2'");
   EXPECT_EQ(parse_error(a + "\n\n" + b), "bad.txt:2: expected a node line or a tab-indented edge line, got an empty line");
   EXPECT_EQ(parse_error(""), "bad.txt:1: expected at least one node line, got an empty file");
+}
+
+// Replays the fuzz corpus (tests/fuzz/corpus/graph_txt: seeds and any finding once fixed):
+// each input parses and partitions, or throws dynapipe::Error.
+TEST(GraphTxt, FuzzCorpusParsesOrThrowsError) {
+  int parsed = 0, refused = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(DYNAPIPE_SOURCE_DIR "/tests/fuzz/corpus/graph_txt")) {
+    SCOPED_TRACE(entry.path().filename().string());
+    try {
+      const ProfileGraph graph = parse_graph_txt(slurp(entry.path().string()), entry.path().string());
+      EXPECT_EQ(format_graph_txt(parse_graph_txt(format_graph_txt(graph), "again")), format_graph_txt(graph));
+      partition_pipedream(graph, {{2}, {1e9}, {}, false});
+      ++parsed;
+    } catch (const Error&) {
+      ++refused;
+    }
+  }
+  EXPECT_GE(parsed, 2);
+  EXPECT_GE(refused, 3);
 }
 
 TEST(GraphTxt, MissingFileIsNotFound) {
