@@ -160,33 +160,39 @@ struct Solver {
         }
       }
     }
+    // Splits. Cell (i, j, m) reads only cells (i, k, ·) with k < j, so j can be the outer
+    // loop (the per-(j, k) terms are then computed once); within a cell the candidates still
+    // come in PipeDream's order (k ascending, then r), so ties resolve as in its m-outer loop.
+    std::vector<double> last(n + 1), transfer(n + 1);
+    const int max_r = options.straight ? 1 : n - 1;
     for (int i = 0; i < level.rows; ++i) {
-      for (int m = 1; m < n; ++m) {
-        for (int j = i + 1; j < states; ++j) {
-          Cell best = level.at(i, j, m);
-          const bool has_output = j < states - 1;
-          const std::vector<int>& ancestors = dag.states[j].ancestors;
-          // A[i][k] is empty for k < i: start at the first ancestor >= i.
-          for (auto it = std::lower_bound(ancestors.begin(), ancestors.end(), i); it != ancestors.end(); ++it) {
-            const int k = *it;
-            if (i > 0 && ancestor_sets[i - 1].contains(k)) continue;
-            const double last_compute = compute(k + 1, j);
-            if (std::isnan(last_compute)) continue;
-            const double last_params = parameter(k + 1, j);
-            const double last_bytes = activation(k + 1, j) + last_params;
+      for (int j = i + 1; j < states; ++j) {
+        const bool has_output = j < states - 1;
+        const std::vector<int>& ancestors = dag.states[j].ancestors;
+        // A[i][k] is empty for k < i: start at the first ancestor >= i.
+        for (auto it = std::lower_bound(ancestors.begin(), ancestors.end(), i); it != ancestors.end(); ++it) {
+          const int k = *it;
+          if (i > 0 && ancestor_sets[i - 1].contains(k)) continue;
+          const double last_compute = compute(k + 1, j);
+          if (std::isnan(last_compute)) continue;
+          const double last_params = parameter(k + 1, j);
+          const double last_bytes = activation(k + 1, j) + last_params;
+          for (int r = 1; r <= max_r; ++r) {
+            last[r] = (last_compute + 4.0 * (r - 1) * last_params / (bw * r)) / r;
+            transfer[r] = 2.0 * output_activation[k] / (bw * r);
+            if (has_output) transfer[r] = std::max(transfer[r], 2.0 * output_activation[j] / (bw * r));
+          }
+          for (int m = 1; m < n; ++m) {
+            Cell& best = level.at(i, j, m);
             const int max_last = options.straight ? 1 : m;
             for (int r = 1; r <= max_last; ++r) {
               const Cell& prefix = level.at(i, k, m - r);
               if (!prefix.ok()) continue;
               if (!fits(last_bytes, ceil_div(n - (m + 1), r))) continue;
-              const double last = (last_compute + 4.0 * (r - 1) * last_params / (bw * r)) / r;
-              double time = std::max(prefix.time, last);
-              time = std::max(time, 2.0 * output_activation[k] / (bw * r));
-              if (has_output) time = std::max(time, 2.0 * output_activation[j] / (bw * r));
+              const double time = std::max(std::max(prefix.time, last[r]), transfer[r]);
               if (!best.ok() || best.time > time) best = Cell{time, k, m - r, r};
             }
           }
-          level.at(i, j, m) = best;
         }
       }
     }
