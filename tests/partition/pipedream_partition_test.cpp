@@ -102,6 +102,9 @@ TEST(PipeDreamPartition, MatchesPipeDreamOnItsProfiles) {
       ++ties;
     }
   }
+  // 9 of the 16 optima print PipeDream's very stages; the other 7 are ties (checked above).
+  EXPECT_LE(ties, 7);
+  std::printf("%d of %zu optima reach PipeDream's time with other stages\n", ties, rows.size());
 }
 
 // a (1+2 ms, 1 MB out, no weights) -> b (1+1 ms, 1 MB weights), two workers.
