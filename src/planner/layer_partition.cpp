@@ -7,6 +7,7 @@
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
+#include "dynapipe/core/units.h"
 #include "dynapipe/cost/cost_model.h"
 #include "dynapipe/cost/layer_balance.h"
 #include "dynapipe/planner/planner.h"
@@ -92,6 +93,25 @@ std::vector<int> joint_counts(const PlanConfig& config, const std::vector<Global
   return best;
 }
 
+// The largest static memory (weights, gradients, optimizer states) of a stage under `layers`.
+std::int64_t max_static_bytes(const PlanConfig& config, const std::vector<StageLayers>& layers) {
+  CostModelOptions options;
+  options.num_stages = config.pp;
+  options.seqlen_multiple = config.seqlen_multiple;
+  options.layers = layers;
+  const auto cost = make_cost_model(config.cost_model, config.model, options);
+  std::int64_t worst = 0;
+  for (int s = 0; s < cost->num_stages(); ++s) worst = std::max(worst, cost->static_bytes(s));
+  return worst;
+}
+
+std::int64_t memory_limit_bytes(const PlanConfig& config) {
+  if (config.memory_limit_gib > 0) return gib_to_bytes(config.memory_limit_gib);
+  CostModelOptions options;
+  options.num_stages = config.pp;
+  return make_cost_model(config.cost_model, config.model, options)->device().memory_bytes;
+}
+
 }  // namespace
 
 std::optional<LayerPartition> parse_layer_partition(std::string_view name) {
@@ -128,7 +148,14 @@ std::vector<StageLayers> choose_stage_layers(const PlanConfig& config, LayerPart
   const std::vector<int> counts =
       partition == LayerPartition::Balanced ? balanced_counts(base) : joint_counts(base, batches, options);
   std::vector<StageLayers> layers = assign_layers(base.model, counts);
-  if (layers == assign_layers_uniform(base.model, base.pp)) return {};
+  const std::vector<StageLayers> uniform = assign_layers_uniform(base.model, base.pp);
+  if (layers == uniform) return {};
+  // balanced weighs time only: where its heavier stages no longer hold their weights but the
+  // uniform split's do, keep the uniform split (joint already skipped what does not fit).
+  if (partition == LayerPartition::Balanced) {
+    const std::int64_t limit = memory_limit_bytes(base);
+    if (max_static_bytes(base, layers) >= limit && max_static_bytes(base, uniform) < limit) return {};
+  }
   return layers;
 }
 

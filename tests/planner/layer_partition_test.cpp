@@ -76,6 +76,24 @@ TEST(LayerPartitionTest, BalancedFollowsTheCostModelAndThePlannerUsesIt) {
   EXPECT_THROW({ Planner p(config); }, Error);
 }
 
+TEST(LayerPartitionTest, BalancedKeepsUniformWhenOnlyUniformHoldsTheWeights) {
+  PlanConfig config = t5_config(2);
+  const std::vector<StageLayers> balanced = choose_stage_layers(config, LayerPartition::Balanced, {});
+  ASSERT_FALSE(balanced.empty());
+  auto max_static = [&](const std::vector<StageLayers>& layers) {
+    CostModelOptions options;
+    options.num_stages = 2;
+    options.layers = layers;
+    const auto cost = make_cost_model(config.cost_model, config.model, options);
+    return std::max(cost->static_bytes(0), cost->static_bytes(1));
+  };
+  const std::int64_t uniform_bytes = max_static(assign_layers_uniform(config.model, 2));
+  const std::int64_t balanced_bytes = max_static(balanced);
+  ASSERT_LT(uniform_bytes, balanced_bytes);  // 3,5: the decoder stage holds more
+  config.memory_limit_gib = static_cast<double>(uniform_bytes + balanced_bytes) / 2 / (1 << 30);
+  EXPECT_TRUE(choose_stage_layers(config, LayerPartition::Balanced, {}).empty());
+}
+
 TEST(LayerPartitionTest, JointIsNoWorseThanUniformOrBalancedOnItsBatches) {
   PlanConfig config = t5_config(4);
   const std::vector<GlobalBatch> batches = first_batches(config, 2);

@@ -2,7 +2,9 @@
 //
 //   uniform   as many layers per stage as possible alike (assign_layers_uniform);
 //   balanced  the split minimising the slowest stage under the cost model, for a micro-batch
-//             of one --max-seqlen row (embedding and head weigh what they cost);
+//             of one --max-seqlen row (embedding and head weigh what they cost); uniform
+//             instead when only the uniform split keeps every stage's weights, gradients and
+//             optimizer states under the memory limit;
 //   joint     the split minimising the estimated iteration time of the first global
 //             batches as the planner plans them under that split (dynamic micro-batching and
 //             schedule included): a local search moving one stage boundary by one layer at a
