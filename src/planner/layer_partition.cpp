@@ -25,6 +25,7 @@ std::vector<int> balanced_counts(const PlanConfig& config) {
   }
   CostModelOptions options;
   options.seqlen_multiple = config.seqlen_multiple;
+  options.tp = config.tp;
   const std::vector<double> units = layer_unit_ms(config.cost_model, config.model, options, {row}, {1.0});
   return balance_layer_counts(units, config.pp);
 }
@@ -98,6 +99,8 @@ std::int64_t max_static_bytes(const PlanConfig& config, const std::vector<StageL
   CostModelOptions options;
   options.num_stages = config.pp;
   options.seqlen_multiple = config.seqlen_multiple;
+  options.tp = config.tp;
+  options.zero_shards = config.zero == 1 ? config.dp : 1;
   options.layers = layers;
   const auto cost = make_cost_model(config.cost_model, config.model, options);
   std::int64_t worst = 0;
@@ -109,6 +112,7 @@ std::int64_t memory_limit_bytes(const PlanConfig& config) {
   if (config.memory_limit_gib > 0) return gib_to_bytes(config.memory_limit_gib);
   CostModelOptions options;
   options.num_stages = config.pp;
+  options.tp = config.tp;
   return make_cost_model(config.cost_model, config.model, options)->device().memory_bytes;
 }
 

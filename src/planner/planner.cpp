@@ -21,8 +21,17 @@ constexpr int kInterleavedChunks = 2;
 
 void validate_config(const PlanConfig& config) {
   config.model.validate();
+  if (config.tp < 1) throw Error(ErrorKind::InvalidArgument, cat("--tp must be >= 1, got ", config.tp));
+  check_tensor_parallel(config.model, config.tp);
+  if (config.micro_batch_size < 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--micro-batch-size must be >= 0, got ", config.micro_batch_size));
+  }
   if (config.pp < 1) throw Error(ErrorKind::InvalidArgument, cat("--pp must be >= 1, got ", config.pp));
   if (config.dp < 1) throw Error(ErrorKind::InvalidArgument, cat("--dp must be >= 1, got ", config.dp));
+  if (config.zero != 0 && config.zero != 1) {
+    throw Error(ErrorKind::InvalidArgument, cat("--zero must be 0 or 1, got ", config.zero));
+  }
   if (config.pp > config.model.total_layers()) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--pp must be at most the model's ", config.model.total_layers(),
@@ -97,6 +106,9 @@ struct Planner::Impl {
   std::int64_t memory_limit_bytes = 0;
   std::int64_t max_static_bytes = 0;  // the largest stage's parameters, grads, optimizer
   BatchingOptions batching;
+  // The schedule searched: config.schedule, except packing-megatron's "auto", which is
+  // 1F1B (the baseline's own schedule).
+  ScheduleKind schedule = ScheduleKind::Auto;
 
   Choice search(const GlobalBatch& batch, const BatchingOptions& options) const;
 };
@@ -115,8 +127,13 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
                       " samples cannot feed --dp ", m.config.dp,
                       " replicas; raise --global-batch-tokens or lower --dp"));
     }
-    replica.candidates = make_search_candidates(m.config.schedule, *m.cost, m.interleaved_cost.get(),
+    replica.candidates = make_search_candidates(m.schedule, *m.cost, m.interleaved_cost.get(),
                                                 replica.microbatches, m.config.pp, m.memory_limit_bytes);
+    if (options.recompute) {
+      // One mode for the whole run: the schedule search keeps the batching's.
+      std::erase_if(replica.candidates,
+                    [&](const SearchCandidate& c) { return c.recompute != *options.recompute; });
+    }
     SearchOptions search_options;
     search_options.seed = m.config.seed;
     try {
@@ -143,10 +160,16 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   Impl& m = *impl_;
   m.config = config;
   m.options = options;
+  m.schedule = config.schedule;
+  if (config.strategy == Strategy::PackingMegatron && config.schedule == ScheduleKind::Auto) {
+    m.schedule = ScheduleKind::OneFOneB;
+  }
   CostModelOptions cost_options;
   cost_options.num_stages = config.pp;
+  cost_options.tp = config.tp;
   cost_options.seqlen_multiple = config.seqlen_multiple;
   cost_options.layers = config.stage_layers;
+  cost_options.zero_shards = config.zero == 1 ? config.dp : 1;
   m.base_cost = make_cost_model(config.cost_model, config.model, cost_options);
   m.cost = options.calibration ? make_calibrated_cost_model(m.base_cost, options.calibration)
                                : m.base_cost;
@@ -156,9 +179,9 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   const bool interleaving_possible = config.pp > 1 && config.stage_layers.empty() &&
                                      config.model.total_layers() >= config.pp * kInterleavedChunks;
   const bool wants_interleaved =
-      config.schedule == ScheduleKind::Interleaved ||
-      (config.schedule == ScheduleKind::Auto && !options.fixed_layout);
-  if (config.schedule == ScheduleKind::Interleaved && !config.stage_layers.empty()) {
+      m.schedule == ScheduleKind::Interleaved ||
+      (m.schedule == ScheduleKind::Auto && !options.fixed_layout);
+  if (m.schedule == ScheduleKind::Interleaved && !config.stage_layers.empty()) {
     throw Error(ErrorKind::InvalidArgument,
                 "--schedule interleaved places layers uniformly over virtual stages; it needs --partition uniform "
                 "(or a balanced split that came out uniform)");
@@ -202,6 +225,8 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   b.max_seqlen = config.max_seqlen;
   b.max_target_len = config.max_target_len > 0 ? config.max_target_len : config.max_seqlen;
   b.seqlen_multiple = config.seqlen_multiple;
+  b.fixed_batch = config.micro_batch_size;
+  b.recompute = config.recompute;
   b.validate();
 }
 

@@ -39,6 +39,9 @@ struct CostModelOptions {
   int num_stages = 1;     // pipeline stages the layers are split over (virtual stages when interleaved)
   int zero_shards = 1;    // ZeRO-1 shard factor for optimizer states (the data-parallel degree), >= 1
   int seqlen_multiple = 8;  // shapes are rounded up to this before costing; >= 1
+  // Tensor-parallel degree: a stage spans tp devices (Megatron-style, no sequence
+  // parallelism); every cost is per device. >= 1; must divide the model's heads.
+  int tp = 1;
   // An explicit layer split (num_stages entries, a contiguous split as assign_layers()
   // makes); empty: assign_layers_uniform(num_stages).
   std::vector<StageLayers> layers = {};
@@ -75,12 +78,18 @@ class CostModel {
   CostModel() = default;
 };
 
-// `spec` is "analytic:<device preset>" or the path of a profile JSON (optionally written
-// "profile:<path>"). Throws NotFound (unknown device, missing file), ParseError (malformed
-// profile) or InvalidArgument (bad options; a profile of a different model), naming the spec.
+// `spec` is "analytic:<device preset>", "a100-measured" (the DynaPipe authors' A100-40GB
+// measurements of gpt-6.7b and t5-11b at tp 1, 2, 4, 8; docs/cost-model.md) or the path of
+// a profile JSON (optionally written "profile:<path>"). Throws NotFound (unknown device,
+// missing file), ParseError (malformed profile) or InvalidArgument (bad options; a profile
+// of a different model or tensor-parallel degree; a100-measured with another model),
+// naming the spec.
 std::unique_ptr<CostModel> make_cost_model(const std::string& spec, const ModelSpec& model,
                                            const CostModelOptions& options);
 
+// Throws InvalidArgument ("--tp must divide ...") unless tp >= 1 divides the model's heads
+// and ffn width (Megatron splits both tp ways).
+void check_tensor_parallel(const ModelSpec& model, int tp);
 // The layer split `options` describe for `model`: options.layers, checked to be a contiguous
 // split over options.num_stages stages, or the uniform one. Throws InvalidArgument.
 std::vector<StageLayers> resolve_stage_layers(const ModelSpec& model, const CostModelOptions& options);

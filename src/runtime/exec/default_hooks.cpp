@@ -20,7 +20,8 @@ namespace {
 AttentionMode attention_mode(Strategy strategy) {
   switch (strategy) {
     case Strategy::PackingVarlen: return AttentionMode::Varlen;
-    case Strategy::Packing: return AttentionMode::Packed;
+    case Strategy::Packing:
+    case Strategy::PackingMegatron: return AttentionMode::Packed;  // rows of several samples
     case Strategy::DynaPipe:
     case Strategy::Padding:
     case Strategy::TokenBased: return AttentionMode::Padded;
