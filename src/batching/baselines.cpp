@@ -55,7 +55,7 @@ std::optional<Candidate> finish(std::vector<std::vector<MicroBatch>> replicas, S
                                 MemoryRule rule, const BatchingOptions& options,
                                 double incumbent_ms) {
   const std::optional<double> objective =
-      replicas_objective(replicas, costs, rule, options.num_stages);
+      replicas_objective(replicas, costs, rule, options);
   if (!objective || !(*objective < incumbent_ms)) return std::nullopt;
   return Candidate{std::move(replicas), *objective};
 }
@@ -140,15 +140,9 @@ MicroBatch make_packed_microbatch(std::span<const Sample> samples,
                       .seqlen = round_up(enc, options.seqlen_multiple),
                       .dec_seqlen = round_up(dec, options.seqlen_multiple)};
   if (varlen) {
-    auto density = [&](double square_sum, std::int64_t seqlen) {
-      return seqlen == 0 ? 1.0
-                         : square_sum / (static_cast<double>(rows.size()) *
-                                         static_cast<double>(seqlen) * static_cast<double>(seqlen));
-    };
-    microbatch.density.enc = density(enc_square_sum, microbatch.shape.seqlen);
-    if (options.kind == ModelKind::T5) {
-      microbatch.density.dec = density(dec_square_sum, microbatch.shape.dec_seqlen);
-    }
+    microbatch.density = varlen_density(enc_square_sum, dec_square_sum,
+                                        static_cast<std::int64_t>(rows.size()), microbatch.shape,
+                                        options.kind);
   }
   return microbatch;
 }

@@ -82,9 +82,8 @@ void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
   const std::vector<Sample>& samples = batch.samples;
   for (std::size_t k = 0; k < samples.size(); ++k) {
     const std::size_t members[1] = {k};
-    const MicroBatch alone =
-        detail::make_padded_microbatch(samples, members, options.kind, options.seqlen_multiple);
-    const detail::ShapeCost& cost = full.get(alone.shape);
+    const MicroBatch alone = detail::make_microbatch(samples, members, options);
+    const detail::ShapeCost cost = detail::cost_of(full, alone);
     if (!cost.fits_one) {
       throw Error(ErrorKind::Infeasible,
                   cat("make_microbatches: memory of sample ", samples[k].id, " alone (input_len ",
@@ -117,6 +116,14 @@ void BatchingOptions::validate() const {
     fail(cat("min_tmax_interval_ms must be >= 0, got ", min_tmax_interval_ms));
   }
   if (t5_bucket_tokens < 0) fail(cat("t5_bucket_tokens must be >= 0, got ", t5_bucket_tokens));
+  if (!in_flight.empty() && in_flight.size() != static_cast<std::size_t>(num_stages)) {
+    fail(cat("in_flight must be empty or hold num_stages ", num_stages, " entries, got ",
+             in_flight.size()));
+  }
+  for (int k : in_flight) {
+    if (k < 1) fail(cat("in_flight entries must be >= 1, got ", k));
+  }
+  if (!(bubble_weight > 0)) fail(cat("bubble_weight must be > 0, got ", bubble_weight));
 }
 
 BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost_model,
@@ -141,7 +148,8 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   std::array<std::unique_ptr<detail::ShapeCosts>, kRecomputeModes.size()> costs;
   for (std::size_t m = 0; m < kRecomputeModes.size(); ++m) {
     costs[m] = std::make_unique<detail::ShapeCosts>(cost_model, kRecomputeModes[m],
-                                                    options.num_stages, options.memory_limit_bytes);
+                                                    options.num_stages, options.memory_limit_bytes,
+                                                    options.in_flight);
   }
   check_alone_fits(batch, options, *costs.back());
 
@@ -154,7 +162,8 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   const detail::StrategyInput input{batch.samples, order, options};
   auto run = [&](detail::ShapeCosts& c, detail::MemoryRule rule, double incumbent_ms) {
     switch (options.strategy) {
-      case Strategy::DynaPipe: return detail::run_dynapipe(input, c, rule, incumbent_ms);
+      case Strategy::DynaPipe:
+      case Strategy::DynaPipePadded: return detail::run_dynapipe(input, c, rule, incumbent_ms);
       case Strategy::Padding: return detail::run_padding(input, c, rule, incumbent_ms);
       case Strategy::Packing:
       case Strategy::PackingVarlen: return detail::run_packing(input, c, rule, incumbent_ms);
@@ -204,13 +213,14 @@ double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microba
   return time_ms;
 }
 
-double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages) {
+double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages,
+                             double bubble_weight) {
   double sum = 0, max = 0;
   for (double t : times_ms) {
     sum += t;
     max = std::max(max, t);
   }
-  return sum + (num_stages - 1) * max;
+  return sum + bubble_weight * (num_stages - 1) * max;
 }
 
 double padding_efficiency(const BatchingResult& result) {

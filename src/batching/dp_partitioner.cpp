@@ -83,7 +83,7 @@ class ThresholdSearch {
  public:
   ThresholdSearch(const SegmentTable& table, const PartitionOptions& options)
       : table_(table), dp_(table, rows_non_decreasing(table)),
-        weight_(options.sum_weight), slope_(options.num_stages - 1) {
+        weight_(options.sum_weight), slope_(options.bubble_weight * (options.num_stages - 1)) {
     best_.objective_ms = options.incumbent_ms;
   }
 
@@ -239,6 +239,8 @@ void SegmentTable::push(int start, double time_ms) {
 Partition solve_partition(const SegmentTable& table, const PartitionOptions& options) {
   DYNAPIPE_CHECK(options.num_stages >= 1, cat("num_stages ", options.num_stages, " < 1"));
   DYNAPIPE_CHECK(options.sum_weight > 0, cat("sum_weight ", options.sum_weight, " <= 0"));
+  DYNAPIPE_CHECK(options.bubble_weight > 0,
+                 cat("bubble_weight ", options.bubble_weight, " <= 0"));
   DYNAPIPE_CHECK(options.min_tmax_interval_ms >= 0,
                  cat("min_tmax_interval_ms ", options.min_tmax_interval_ms, " < 0"));
   if (table.size() == 0) {

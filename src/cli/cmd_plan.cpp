@@ -10,6 +10,7 @@
 #include "cli/flags.h"
 #include "cli/output_file.h"
 #include "cli/run_planner.h"
+#include "dynapipe/batching/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/plan/plan_json.h"
@@ -30,11 +31,9 @@ struct PlanFlags {
 };
 
 std::vector<std::string> comparison_strategies(const std::string& chosen) {
-  std::vector<std::string> all = {"dynapipe", "padding", "packing", "packing-varlen",
-                                  "token-based"};
   std::vector<std::string> order = {chosen};
-  for (const auto& s : all) {
-    if (s != chosen) order.push_back(s);
+  for (std::string_view s : strategy_names()) {
+    if (s != chosen) order.emplace_back(s);
   }
   return order;
 }

@@ -19,7 +19,7 @@ namespace {
 
 struct SimulateFlags {
   CommonFlags common;
-  std::string strategies = "dynapipe,padding,packing,packing-varlen,token-based";
+  std::string strategies = "dynapipe,padding,packing,packing-varlen,token-based,dynapipe-padded";
   std::string schedules = "1f1b,interleaved,wait-free-cyclic,zb1p,auto";
   std::string trace;
 };

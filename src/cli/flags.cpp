@@ -1,5 +1,6 @@
 #include "cli/flags.h"
 
+#include "dynapipe/batching/strategy.h"
 #include "dynapipe/cost/model_spec.h"
 
 namespace dynapipe::cli {
@@ -25,8 +26,9 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
   command.add_option("--global-batch-tokens", flags.global_batch_tokens,
                      "Token budget of one global batch (all replicas)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
+  const std::vector<std::string_view> strategies = strategy_names();
   command.add_option("--strategy", flags.strategy, "Micro-batching strategy")
-      ->check(CLI::IsMember({"dynapipe", "padding", "packing", "packing-varlen", "token-based"}))
+      ->check(CLI::IsMember(std::vector<std::string>(strategies.begin(), strategies.end())))
       ->capture_default_str();
   command.add_option("--schedule", flags.schedule, "Pipeline schedule")
       ->check(CLI::IsMember(

@@ -83,6 +83,53 @@ struct Choice {
 
 }  // namespace
 
+namespace {
+
+// A schedule the DP strategies plan their micro-batches for: its memory rule and bubble
+// weight (docs/batching.md, "Schedule-aware DP"), and the schedule name the search then
+// tries on them ("auto": every schedule).
+struct DpTarget {
+  std::string schedule;
+  std::vector<int> in_flight;  // empty: 1F1B's p − s
+  double bubble_weight = 1.0;
+};
+
+bool is_dp_strategy(Strategy strategy) {
+  return strategy == Strategy::DynaPipe || strategy == Strategy::DynaPipePadded;
+}
+
+// ZB-H1 fills 1F1B's bubble with deferred W passes: its fill/drain costs about
+// (p − 1)·(F + I − W) instead of (p − 1)·(F + I + W) (Qi et al., "Zero Bubble Pipeline
+// Parallelism", 2023). The ratio on the bottleneck stage of a max-length sample.
+double zero_bubble_weight(const CostModel& cost, const BatchingOptions& batching) {
+  const MicroBatchShape shape{.batch = 1,
+                              .seqlen = batching.max_seqlen,
+                              .dec_seqlen = batching.kind == ModelKind::T5 ? batching.max_target_len + 1 : 0};
+  double worst = -1, weight = 1;
+  for (int s = 0; s < cost.num_stages(); ++s) {
+    const StageCost c = cost.stage_cost(s, shape, {}, Recompute::None);
+    const double total = c.fwd_ms + c.bwd_ms;
+    if (total > worst && total > 0) {
+      worst = total;
+      weight = (c.fwd_ms + c.bwd_input_ms - c.bwd_weight_ms) / total;
+    }
+  }
+  return std::clamp(weight, 0.05, 1.0);
+}
+
+// Interleaved 1F1B with C chunks: device d warms up with 2(D − d − 1) + (C − 1)·D chunk
+// forwards and holds one more in the steady state, each 1/C of its layers' activations.
+std::vector<int> interleaved_in_flight(int pp, int chunks) {
+  std::vector<int> k;
+  for (int d = 0; d < pp; ++d) {
+    const int chunk_forwards = 2 * (pp - d - 1) + (chunks - 1) * pp + 1;
+    k.push_back((chunk_forwards + chunks - 1) / chunks);
+  }
+  return k;
+}
+
+}  // namespace
+
 struct Planner::Impl {
   PlanConfig config;
   PlannerOptions options;
@@ -91,13 +138,17 @@ struct Planner::Impl {
   std::unique_ptr<CostModel> interleaved_cost;  // pp * chunks stages, when interleaving applies
   std::int64_t memory_limit_bytes = 0;
   std::int64_t max_static_bytes = 0;  // the largest stage's parameters, grads, optimizer
-  BatchingOptions batching;
+  BatchingOptions batching;           // the first DP target's rule (or a baseline's)
+  std::string first_schedule;         // the schedule(s) searched on `batching`'s result
+  std::vector<DpTarget> more_targets; // DP strategies: further schedules planned for
 
-  Choice search(const GlobalBatch& batch, const BatchingOptions& options) const;
+  Choice search(const GlobalBatch& batch, const BatchingOptions& options,
+                const std::string& schedule) const;
 };
 
 // Micro-batches under `options`, then the best schedule x recompute of every replica.
-Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& options) const {
+Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& options,
+                             const std::string& schedule) const {
   const Impl& m = *this;
   const BatchingResult batching = make_microbatches(batch, *m.cost, options);
   Choice choice;
@@ -110,7 +161,7 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
                       " samples cannot feed --dp ", m.config.dp,
                       " replicas; raise --global-batch-tokens or lower --dp"));
     }
-    replica.candidates = make_search_candidates(m.config.schedule, *m.cost, m.interleaved_cost.get(),
+    replica.candidates = make_search_candidates(schedule, *m.cost, m.interleaved_cost.get(),
                                                 replica.microbatches, m.config.pp, m.memory_limit_bytes);
     SearchOptions search_options;
     search_options.seed = m.config.seed;
@@ -189,6 +240,27 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   b.max_target_len = config.max_target_len > 0 ? config.max_target_len : config.max_seqlen;
   b.seqlen_multiple = config.seqlen_multiple;
   b.validate();
+
+  // DP strategies plan their cuts for the schedule: one DP per schedule family, each
+  // searched with that schedule (the 1F1B rule with every schedule under auto).
+  m.first_schedule = config.schedule;
+  if (is_dp_strategy(b.strategy) && options.schedule_aware_dp && config.pp > 1) {
+    const DpTarget zb{"zb1p", std::vector<int>(static_cast<std::size_t>(config.pp), config.pp),
+                      zero_bubble_weight(*m.cost, b)};
+    const bool interleaved = m.interleaved_cost != nullptr;
+    const DpTarget il{"interleaved", interleaved_in_flight(config.pp, kInterleavedChunks),
+                      1.0 / kInterleavedChunks};
+    if (config.schedule == "zb1p") {
+      b.in_flight = zb.in_flight;
+      b.bubble_weight = zb.bubble_weight;
+    } else if (config.schedule == "interleaved") {
+      b.in_flight = il.in_flight;
+      b.bubble_weight = il.bubble_weight;
+    } else if (config.schedule == "auto") {
+      m.more_targets.push_back(zb);
+      if (interleaved) m.more_targets.push_back(il);
+    }
+  }
 }
 
 Planner::~Planner() = default;
@@ -206,8 +278,20 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
   iteration.sample_ids.reserve(batch.samples.size());
   for (const Sample& s : batch.samples) iteration.sample_ids.push_back(s.id);
 
-  Choice choice = m.search(batch, m.batching);
-  if (m.batching.strategy == Strategy::DynaPipe) {
+  Choice choice = m.search(batch, m.batching, m.first_schedule);
+  for (const DpTarget& target : m.more_targets) {
+    BatchingOptions planned_for = m.batching;
+    planned_for.in_flight = target.in_flight;
+    planned_for.bubble_weight = target.bubble_weight;
+    try {
+      Choice other = m.search(batch, planned_for, target.schedule);
+      if (other.est_ms < choice.est_ms) choice = std::move(other);
+    } catch (const Error& e) {
+      // Nothing fits that schedule's rule, or no candidate of it fits: keep the others.
+      if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+    }
+  }
+  if (is_dp_strategy(m.batching.strategy)) {
     // The DP sizes micro-batches to the 1F1B memory rule; schedules that keep more in
     // flight (zb1p, cyclic) may only fit smaller ones. Also try the DP under a tighter
     // activation budget and keep whichever simulates faster.
@@ -217,7 +301,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
           m.max_static_bytes +
           static_cast<std::int64_t>(share * static_cast<double>(m.memory_limit_bytes - m.max_static_bytes));
       try {
-        Choice other = m.search(batch, tighter);
+        Choice other = m.search(batch, tighter, m.first_schedule);
         if (other.est_ms < choice.est_ms) choice = std::move(other);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible) throw;  // a sample alone no longer fits: skip

@@ -60,6 +60,14 @@ struct BatchingOptions {
   // of max-time thresholds (PartitionOptions::min_tmax_interval_ms).
   double min_tmax_interval_ms = 0;
   ReplicaSplit replica_split = ReplicaSplit::Auto;  // dynapipe with dp > 1
+  // The schedule the micro-batches are planned for (docs/batching.md, "Schedule-aware
+  // DP"). in_flight[s] = k_s, the micro-batches whose activations stage s holds at once
+  // under that schedule (empty, the default: 1F1B's p − s); each entry >= 1, size p.
+  // bubble_weight scales the fill/drain term: objective = Σ t + bubble_weight·(p − 1)·max t
+  // (1 for 1F1B; less for schedules whose bubble is smaller), > 0. Every strategy is
+  // costed and fitted with them.
+  std::vector<int> in_flight = {};
+  double bubble_weight = 1.0;
   // T5 ordering bucket width in input tokens (order_samples()), >= 0.
   // 0 (default) = max_seqlen / 32 rounded up to seqlen_multiple (64 for 2048).
   std::int64_t t5_bucket_tokens = 0;
@@ -73,7 +81,7 @@ struct BatchingResult {
   // Every sample of the global batch is in exactly one micro-batch.
   std::vector<std::vector<MicroBatch>> replicas;
   Recompute recompute = Recompute::None;  // the mode the shapes were costed and fitted for
-  double objective_ms = 0;    // max over replicas of Σ t + (p − 1)·max t
+  double objective_ms = 0;    // max over replicas of Σ t + bubble_weight·(p − 1)·max t
   bool one_in_flight = false; // fitted with k_s = 1 (see the memory rule above)
 };
 
@@ -88,8 +96,9 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
 double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microbatch,
                           Recompute recompute);
 
-// Σ t + (p − 1)·max t over one replica's micro-batch times (0 for none).
-double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages);
+// Σ t + bubble_weight·(p − 1)·max t over one replica's micro-batch times (0 for none).
+double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages,
+                             double bubble_weight = 1.0);
 
 // Real tokens / tokens computed over every micro-batch of every replica (CONTRACTS.md):
 // Σ real_tokens / Σ shape.tokens(). 1 for an empty result.

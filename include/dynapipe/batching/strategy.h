@@ -14,11 +14,12 @@ namespace dynapipe {
 
 // Part of the CLI and plan-config contract: never rename the spellings.
 enum class Strategy : std::uint8_t {
-  DynaPipe,       // "dynapipe": ordered samples, exact DP over consecutive partitions
+  DynaPipe,       // "dynapipe": ordered samples, exact DP over consecutive varlen micro-batches
   Padding,        // "padding": data order, fixed micro-batch size, rows padded to max length
   Packing,        // "packing": first-fit rows of whole samples, dense attention over each row
   PackingVarlen,  // "packing-varlen": best-fit-decreasing rows, block-diagonal (varlen) attention
   TokenBased,     // "token-based": sorted order, fairseq-style padded-token budget per micro-batch
+  DynaPipePadded, // "dynapipe-padded": the paper's DP, each micro-batch padded to its longest sample
 };
 
 std::string_view strategy_name(Strategy strategy);

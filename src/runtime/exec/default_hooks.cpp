@@ -17,7 +17,7 @@ namespace dynapipe::runtime {
 namespace {
 
 AttentionMode attention_mode(const std::string& strategy) {
-  if (strategy == "packing-varlen") return AttentionMode::Varlen;
+  if (strategy == "packing-varlen" || strategy == "dynapipe") return AttentionMode::Varlen;
   if (strategy == "packing") return AttentionMode::Packed;
   return AttentionMode::Padded;
 }
