@@ -96,6 +96,28 @@ void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
   }
 }
 
+// A lower bound of the DP objective under one recompute mode, for one replica: every
+// sample in one varlen micro-batch bounds Σ t from below (costs are subadditive: a merged
+// micro-batch pays the fixed overheads once, runs larger matmuls and pads no more than
+// its parts, and a padded segment costs no less than the same samples in one varlen row),
+// and no micro-batch is faster than its slowest sample alone. Memory is ignored.
+double objective_lower_bound(const GlobalBatch& batch, const BatchingOptions& options,
+                             detail::ShapeCosts& costs) {
+  std::vector<std::size_t> all(batch.samples.size());
+  double slowest = 0;
+  for (std::size_t k = 0; k < all.size(); ++k) {
+    all[k] = k;
+    const std::size_t one[1] = {k};
+    const MicroBatch alone =
+        detail::make_varlen_microbatch(batch.samples, one, options.kind, options.seqlen_multiple);
+    slowest = std::max(slowest, detail::cost_of(costs, alone).time_ms);
+  }
+  const MicroBatch merged =
+      detail::make_varlen_microbatch(batch.samples, all, options.kind, options.seqlen_multiple);
+  return detail::cost_of(costs, merged).time_ms +
+         options.bubble_weight * (options.num_stages - 1) * slowest;
+}
+
 }  // namespace
 
 void BatchingOptions::validate() const {
@@ -179,6 +201,14 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   for (detail::MemoryRule rule : {detail::MemoryRule::Pipelined, detail::MemoryRule::OneInFlight}) {
     for (std::size_t m = 0; m < kRecomputeModes.size(); ++m) {
       const double incumbent = best ? best->objective_ms : std::numeric_limits<double>::infinity();
+      // The DP strategies skip a mode that cannot beat the incumbent (one replica: with
+      // more, the DP's objective is only an estimate of the result's).
+      const bool dp_strategy = options.strategy == Strategy::DynaPipe ||
+                               options.strategy == Strategy::DynaPipePadded;
+      if (best && dp_strategy && options.dp == 1 && options.min_tmax_interval_ms == 0 &&
+          objective_lower_bound(batch, options, *costs[m]) >= incumbent) {
+        continue;
+      }
       if (std::optional<detail::Candidate> candidate = run(*costs[m], rule, incumbent)) {
         best = std::move(candidate);
         result.recompute = kRecomputeModes[m];

@@ -37,7 +37,7 @@ struct PlannerOptions {
   // the activation budget (memory limit minus static memory) and keep the plan that
   // simulates fastest. The DP sizes micro-batches to the 1F1B memory rule; schedules that
   // keep more micro-batches in flight (zb1p, cyclic) may fit only smaller ones.
-  std::vector<double> activation_budget_shares = {0.75};
+  std::vector<double> activation_budget_shares = {};
   // dynapipe and dynapipe-padded: plan the cuts for the schedule (docs/batching.md,
   // "Schedule-aware DP"). `--schedule auto` runs one DP per schedule family — 1F1B's
   // memory rule and bubble, zb1p's (p in flight everywhere, a shorter bubble) and
