@@ -180,9 +180,21 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
           ? options.t5_bucket_tokens
           : std::max<std::int64_t>(round_up((options.max_seqlen + 31) / 32, options.seqlen_multiple),
                                    options.seqlen_multiple);
-  const std::vector<std::size_t> order = order_samples(batch.samples, options.kind, bucket_tokens);
-  const detail::StrategyInput input{batch.samples, order, options};
-  auto run = [&](detail::ShapeCosts& c, detail::MemoryRule rule, double incumbent_ms) {
+  // dynapipe also cuts packing-varlen's rows in sequence: with padding gone, the sorted
+  // order groups runs of similar lengths, the rows order groups samples that fill a row;
+  // the lower objective wins (docs/batching.md, "Ordering for varlen").
+  const bool varlen = options.strategy == Strategy::DynaPipe;
+  std::vector<std::vector<std::size_t>> orders;
+  if (!varlen || options.varlen_order != VarlenOrder::PackedRows) {
+    orders.push_back(order_samples(batch.samples, options.kind, bucket_tokens));
+  }
+  if (varlen && options.varlen_order != VarlenOrder::Sorted) {
+    orders.push_back(order_packed_rows(batch.samples, options.kind, options.max_seqlen,
+                                       options.kind == ModelKind::T5 ? options.max_target_len + 1 : 0));
+  }
+  auto run_one = [&](const std::vector<std::size_t>& order, detail::ShapeCosts& c,
+                     detail::MemoryRule rule, double incumbent_ms) {
+    const detail::StrategyInput input{batch.samples, order, options};
     switch (options.strategy) {
       case Strategy::DynaPipe:
       case Strategy::DynaPipePadded: return detail::run_dynapipe(input, c, rule, incumbent_ms);
@@ -192,6 +204,16 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
       case Strategy::TokenBased: return detail::run_token_based(input, c, rule, incumbent_ms);
     }
     return std::optional<detail::Candidate>{};
+  };
+  auto run = [&](detail::ShapeCosts& c, detail::MemoryRule rule, double incumbent_ms) {
+    std::optional<detail::Candidate> best_order;
+    for (const std::vector<std::size_t>& order : orders) {
+      const double bound = best_order ? best_order->objective_ms : incumbent_ms;
+      if (std::optional<detail::Candidate> c_order = run_one(order, c, rule, bound)) {
+        best_order = std::move(c_order);
+      }
+    }
+    return best_order;
   };
 
   // The pipelined rule first: falling back to one in flight costs throughput the

@@ -65,6 +65,34 @@ const ShapeCost& ShapeCosts::get(Row* row, std::int64_t seqlen, std::int64_t dec
   return entry;
 }
 
+std::vector<PackedRow> pack_best_fit_decreasing(std::span<const Sample> samples,
+                                                std::span<const std::size_t> members,
+                                                ModelKind kind, std::int64_t enc_capacity,
+                                                std::int64_t dec_capacity) {
+  std::vector<std::size_t> sorted(members.begin(), members.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [&](std::size_t a, std::size_t b) {
+    const ModelLengths la = model_lengths(samples[a], kind), lb = model_lengths(samples[b], kind);
+    if (la.enc != lb.enc) return la.enc > lb.enc;
+    return la.dec > lb.dec;
+  });
+  std::vector<PackedRow> rows;
+  for (std::size_t k : sorted) {
+    const ModelLengths lengths = model_lengths(samples[k], kind);
+    PackedRow* best = nullptr;
+    for (PackedRow& row : rows) {
+      if (row.enc + lengths.enc > enc_capacity || row.dec + lengths.dec > dec_capacity) continue;
+      if (best == nullptr || row.enc > best->enc || (row.enc == best->enc && row.dec > best->dec)) {
+        best = &row;
+      }
+    }
+    if (best == nullptr) best = &rows.emplace_back();
+    best->enc += lengths.enc;
+    best->dec += lengths.dec;
+    best->members.push_back(k);
+  }
+  return rows;
+}
+
 ModelLengths model_lengths(const Sample& sample, ModelKind kind) {
   if (kind == ModelKind::Gpt) return {std::int64_t{sample.input_len} + sample.target_len, 0};
   return {sample.input_len, std::int64_t{sample.target_len} + 1};

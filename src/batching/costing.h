@@ -105,6 +105,20 @@ MicroBatch make_microbatch(std::span<const Sample> samples, std::span<const std:
 // Cost of a micro-batch: dense ones through the cache, others evaluated.
 ShapeCost cost_of(ShapeCosts& costs, const MicroBatch& microbatch);
 
+// A packed row: samples whose model lengths add up within the capacities.
+struct PackedRow {
+  std::int64_t enc = 0;  // Σ enc lengths of its samples
+  std::int64_t dec = 0;  // Σ dec lengths (T5: target + 1 each)
+  std::vector<std::size_t> members;
+};
+
+// Best-fit decreasing: samples by (enc, dec) descending, each into the fitting row with
+// the least room left (enc first, then dec; ties: the older row). O(n log n + n · rows).
+std::vector<PackedRow> pack_best_fit_decreasing(std::span<const Sample> samples,
+                                                std::span<const std::size_t> members,
+                                                ModelKind kind, std::int64_t enc_capacity,
+                                                std::int64_t dec_capacity);
+
 // Fills sample_ids, real_tokens and target_tokens from `members`.
 void fill_members(std::span<const Sample> samples, std::span<const std::size_t> members,
                   MicroBatch* microbatch);

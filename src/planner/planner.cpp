@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "dynapipe/batching/batching.h"
+#include "dynapipe/batching/head_tail.h"
 #include "dynapipe/batching/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
@@ -79,6 +81,9 @@ struct ReplicaChoice {
 struct Choice {
   std::vector<ReplicaChoice> replicas;
   double est_ms = 0;  // the slowest replica's simulated makespan
+  std::string schedule;            // the --schedule value searched
+  Recompute dp_recompute = Recompute::None;  // the batching result's recompute mode
+  BatchingOptions batching;        // the options the micro-batches were cut with
 };
 
 }  // namespace
@@ -142,19 +147,39 @@ struct Planner::Impl {
   std::string first_schedule;         // the schedule(s) searched on `batching`'s result
   std::vector<DpTarget> more_targets; // DP strategies: further schedules planned for
 
+  // quick: only the batching's recompute mode and no micro-batch permutations, to rank
+  // many micro-batchings before the full search of the best (choose()).
   Choice search(const GlobalBatch& batch, const BatchingOptions& options,
-                const std::string& schedule) const;
+                const std::string& schedule, bool quick = false) const;
+  Choice search_replicas(const GlobalBatch& batch,
+                         const std::vector<std::vector<MicroBatch>>& replicas,
+                         const std::string& schedule, bool quick = false,
+                         Recompute recompute = Recompute::None) const;
+  Choice choose(const GlobalBatch& batch) const;
+  std::vector<Choice> rank_dp_plans(const GlobalBatch& batch) const;
 };
 
 // Micro-batches under `options`, then the best schedule x recompute of every replica.
 Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& options,
-                             const std::string& schedule) const {
+                             const std::string& schedule, bool quick) const {
+  const BatchingResult batching = make_microbatches(batch, *cost, options);
+  Choice choice = search_replicas(batch, batching.replicas, schedule, quick, batching.recompute);
+  choice.dp_recompute = batching.recompute;
+  choice.batching = options;
+  return choice;
+}
+
+// The best schedule x recompute of every replica's micro-batches.
+Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
+                                      const std::vector<std::vector<MicroBatch>>& replicas,
+                                      const std::string& schedule, bool quick,
+                                      Recompute recompute) const {
   const Impl& m = *this;
-  const BatchingResult batching = make_microbatches(batch, *m.cost, options);
   Choice choice;
-  for (std::size_t r = 0; r < batching.replicas.size(); ++r) {
+  choice.schedule = schedule;
+  for (std::size_t r = 0; r < replicas.size(); ++r) {
     ReplicaChoice replica;
-    replica.microbatches = batching.replicas[r];
+    replica.microbatches = replicas[r];
     if (replica.microbatches.empty()) {
       throw Error(ErrorKind::Infeasible,
                   cat("iteration ", batch.index, ": ", batch.samples.size(),
@@ -166,7 +191,23 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
     SearchOptions search_options;
     search_options.seed = m.config.seed;
     try {
-      replica.best = search_schedule(replica.candidates, search_options);
+      if (quick) {
+        // The batching's own recompute mode, as given; if that fits no schedule, a heavier
+        // mode may (the simulator's peaks are not the DP's memory rule): all of them.
+        std::vector<SearchCandidate> own = replica.candidates;
+        std::erase_if(own, [&](const SearchCandidate& c) { return c.recompute != recompute; });
+        SearchOptions quick_options = search_options;
+        quick_options.permute = false;
+        try {
+          replica.best = search_schedule(own, quick_options);
+          replica.candidates = std::move(own);
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+          replica.best = search_schedule(replica.candidates, quick_options);
+        }
+      } else {
+        replica.best = search_schedule(replica.candidates, search_options);
+      }
     } catch (const Error& e) {
       throw Error(e.kind(), cat("iteration ", batch.index, " replica ", r, ": ", e.what()));
     }
@@ -176,6 +217,133 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
   return choice;
 }
 
+// The DP strategies' micro-batchings, each ranked by a quick search: one DP per memory
+// rule planned for (and, for dynapipe, per varlen order), the best of each order again
+// with a head and a tail, and a line search on the bubble weight of the best.
+std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const {
+  const Impl& m = *this;
+  std::vector<std::pair<BatchingOptions, std::string>> plans{{m.batching, m.first_schedule}};
+  for (const DpTarget& target : m.more_targets) {
+    BatchingOptions planned_for = m.batching;
+    planned_for.in_flight = target.in_flight;
+    planned_for.bubble_weight = target.bubble_weight;
+    plans.emplace_back(planned_for, target.schedule);
+  }
+  const bool varlen = m.batching.strategy == Strategy::DynaPipe;
+  if (varlen) {
+    // Both varlen orders for every rule; the simulation decides (the DP's objective
+    // ranks them poorly, docs/batching.md "Ordering for varlen").
+    const std::size_t rules = plans.size();
+    for (std::size_t k = 0; k < rules; ++k) {
+      plans[k].first.varlen_order = VarlenOrder::Sorted;
+      plans.push_back(plans[k]);
+      plans.back().first.varlen_order = VarlenOrder::PackedRows;
+    }
+  }
+  auto attempt = [&](auto&& make) -> std::optional<Choice> {
+    try {
+      return make();
+    } catch (const Error& e) {
+      // Nothing fits that schedule's rule, or no candidate of it fits: keep the others.
+      if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+      return std::nullopt;
+    }
+  };
+  // The first plan's errors are the planner's (e.g. a sample that fits nowhere).
+  std::vector<Choice> ranked{m.search(batch, plans.front().first, plans.front().second, true)};
+  std::vector<std::size_t> best_of_order{0};  // per order: index into ranked
+  for (std::size_t k = 1; k < plans.size(); ++k) {
+    const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order;
+    std::optional<Choice> c = attempt([&] { return m.search(batch, plans[k].first, plans[k].second, true); });
+    if (!c) continue;
+    ranked.push_back(std::move(*c));
+    if (new_order) {
+      best_of_order.push_back(ranked.size() - 1);
+    } else if (ranked.back().est_ms < ranked[best_of_order.back()].est_ms) {
+      best_of_order.back() = ranked.size() - 1;
+    }
+  }
+  if (varlen && m.options.head_and_tail) {
+    // Each order's best cuts again with small micro-batches first and last
+    // (batching/head_tail.h).
+    for (std::size_t k : best_of_order) {
+      const Choice& base = ranked[k];
+      std::vector<std::vector<MicroBatch>> replicas;
+      for (const ReplicaChoice& replica : base.replicas) {
+        replicas.push_back(split_head_and_tail(batch, replica.microbatches, *m.cost,
+                                               base.dp_recompute, m.batching));
+      }
+      Choice other = m.search_replicas(batch, replicas, base.schedule, true, base.dp_recompute);
+      other.batching = base.batching;
+      other.dp_recompute = base.dp_recompute;
+      ranked.push_back(std::move(other));
+    }
+  }
+  auto best = [&] {
+    return std::min_element(ranked.begin(), ranked.end(), [](const Choice& a, const Choice& b) {
+      return a.est_ms < b.est_ms;
+    });
+  };
+  if (m.options.schedule_aware_dp && m.config.pp > 1) {
+    // DP ↔ simulation: a line search on the bubble weight of the best plan's memory rule.
+    // (p − 1)·max t only approximates what a schedule loses to fill, drain and unequal
+    // micro-batches, so the DP runs again with β doubled (smaller micro-batches) and, if
+    // that did not help, halved; each step continues while the simulation improves.
+    const Choice start = *best();
+    for (double factor : {2.0, 0.5}) {
+      bool improved = false;
+      BatchingOptions again = start.batching;
+      double est = start.est_ms;
+      for (int step = 0; step < 2; ++step) {
+        again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
+        std::optional<Choice> c = attempt([&] { return m.search(batch, again, start.schedule, true); });
+        if (!c || !(c->est_ms < est)) break;
+        est = c->est_ms;
+        ranked.push_back(std::move(*c));
+        improved = true;
+      }
+      if (improved) break;
+    }
+  }
+  return ranked;
+}
+
+// The plan of one iteration: baselines search their one micro-batching; the DP strategies
+// rank theirs quickly and search the two best in full (every recompute mode, permuted
+// orders), keeping the faster.
+Choice Planner::Impl::choose(const GlobalBatch& batch) const {
+  const Impl& m = *this;
+  if (!is_dp_strategy(m.batching.strategy)) return m.search(batch, m.batching, m.first_schedule);
+  std::vector<Choice> ranked = rank_dp_plans(batch);
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Choice& a, const Choice& b) { return a.est_ms < b.est_ms; });
+  constexpr std::size_t kFullSearches = 2;
+  std::optional<Choice> choice;
+  for (std::size_t k = 0; k < std::min(kFullSearches, ranked.size()); ++k) {
+    std::vector<std::vector<MicroBatch>> replicas;
+    for (const ReplicaChoice& replica : ranked[k].replicas) replicas.push_back(replica.microbatches);
+    Choice full = m.search_replicas(batch, replicas, ranked[k].schedule);
+    full.batching = ranked[k].batching;
+    full.dp_recompute = ranked[k].dp_recompute;
+    if (!choice || full.est_ms < choice->est_ms) choice = std::move(full);
+  }
+  // The DP sizes micro-batches to the 1F1B memory rule; schedules that keep more in
+  // flight (zb1p, cyclic) may only fit smaller ones. Optionally also the DP under a
+  // tighter activation budget (PlannerOptions::activation_budget_shares).
+  for (double share : m.options.activation_budget_shares) {
+    BatchingOptions tighter = m.batching;
+    tighter.memory_limit_bytes =
+        m.max_static_bytes +
+        static_cast<std::int64_t>(share * static_cast<double>(m.memory_limit_bytes - m.max_static_bytes));
+    try {
+      Choice other = m.search(batch, tighter, m.first_schedule);
+      if (other.est_ms < choice->est_ms) choice = std::move(other);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Infeasible) throw;  // a sample alone no longer fits: skip
+    }
+  }
+  return std::move(*choice);
+}
 
 Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
     : impl_(std::make_unique<Impl>()) {
@@ -278,36 +446,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
   iteration.sample_ids.reserve(batch.samples.size());
   for (const Sample& s : batch.samples) iteration.sample_ids.push_back(s.id);
 
-  Choice choice = m.search(batch, m.batching, m.first_schedule);
-  for (const DpTarget& target : m.more_targets) {
-    BatchingOptions planned_for = m.batching;
-    planned_for.in_flight = target.in_flight;
-    planned_for.bubble_weight = target.bubble_weight;
-    try {
-      Choice other = m.search(batch, planned_for, target.schedule);
-      if (other.est_ms < choice.est_ms) choice = std::move(other);
-    } catch (const Error& e) {
-      // Nothing fits that schedule's rule, or no candidate of it fits: keep the others.
-      if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
-    }
-  }
-  if (is_dp_strategy(m.batching.strategy)) {
-    // The DP sizes micro-batches to the 1F1B memory rule; schedules that keep more in
-    // flight (zb1p, cyclic) may only fit smaller ones. Also try the DP under a tighter
-    // activation budget and keep whichever simulates faster.
-    for (double share : m.options.activation_budget_shares) {
-      BatchingOptions tighter = m.batching;
-      tighter.memory_limit_bytes =
-          m.max_static_bytes +
-          static_cast<std::int64_t>(share * static_cast<double>(m.memory_limit_bytes - m.max_static_bytes));
-      try {
-        Choice other = m.search(batch, tighter, m.first_schedule);
-        if (other.est_ms < choice.est_ms) choice = std::move(other);
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::Infeasible) throw;  // a sample alone no longer fits: skip
-      }
-    }
-  }
+  Choice choice = m.choose(batch);
   std::int64_t real_tokens = 0, computed_tokens = 0;
   for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
     const std::vector<MicroBatch>& microbatches = choice.replicas[r].microbatches;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "batching/random_batches.h"
+#include "dynapipe/batching/head_tail.h"
 #include "dynapipe/batching/ordering.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
@@ -199,6 +200,34 @@ TEST(DynaPipeVarlenTest, InFlightAndBubbleWeightShapeTheCuts) {
   const BatchingResult wide = make_microbatches(batch, model, options);
   EXPECT_EQ(wide.replicas[0].size(), 2u);
   EXPECT_NEAR(wide.objective_ms, 14.184 + 0.3 * 7.452, 1e-9);
+}
+
+// Slowest first; the fastest micro-batch with two or more samples becomes a head and a
+// tail half. DP cut (varlen fixture): {0} 4.5 ms, {1} 4.452, {2, 3} 4.476,
+// {4, 5, 6, 7} 3.756 → head {4, 5} | {0} | {2, 3} | {1} | tail {6, 7}.
+TEST(HeadTailTest, SlowestFirstFastestSplitIntoHeadAndTail) {
+  const FakeCostModel model({.num_stages = 4});
+  const GlobalBatch batch = gpt_batch({1000, 980, 500, 490, 480, 100, 90, 80});
+  const BatchingOptions options{.num_stages = 4, .max_seqlen = 2048};
+  const BatchingResult result = make_microbatches(batch, model, options);
+  const std::vector<MicroBatch> mbs =
+      split_head_and_tail(batch, result.replicas[0], model, result.recompute, options);
+  EXPECT_EQ(ids_of(mbs), (std::vector<std::vector<SampleId>>{{4, 5}, {0}, {2, 3}, {1}, {6, 7}}));
+  EXPECT_EQ(shapes_of(mbs), (std::vector<MicroBatchShape>{
+                                {1, 584, 0}, {1, 1000, 0}, {1, 992, 0}, {1, 984, 0}, {1, 176, 0}}));
+  for (std::size_t k = 0; k < mbs.size(); ++k) {
+    EXPECT_EQ(mbs[k].id, static_cast<int>(k));
+    EXPECT_EQ(mbs[k].rows, (std::vector<std::vector<SampleId>>{mbs[k].sample_ids}));
+  }
+  // Nothing to split (one sample each): only the order changes, slowest first.
+  std::vector<MicroBatch> singles(2);
+  singles[0].sample_ids = {0};
+  singles[0].shape = {1, 104, 0};
+  singles[1].sample_ids = {1};
+  singles[1].shape = {1, 304, 0};
+  EXPECT_EQ(ids_of(split_head_and_tail(gpt_batch({100, 300}), singles, model, Recompute::None,
+                                       options)),
+            (std::vector<std::vector<SampleId>>{{1}, {0}}));
 }
 
 TEST(PaddingTest, DataOrderFixedBatchPaddedToMaxSeqlen) {
@@ -478,7 +507,7 @@ TEST(BatchingPropertyTest, EveryStrategyCoversFitsAndIsDeterministic) {
   constexpr Strategy kStrategies[] = {Strategy::DynaPipePadded, Strategy::Padding,
                                       Strategy::Packing,        Strategy::PackingVarlen,
                                       Strategy::TokenBased,     Strategy::DynaPipe};
-  int compared_padding = 0, compared_token = 0, compared_varlen = 0;
+  int compared_padding = 0, compared_token = 0, compared_varlen = 0, compared_rows = 0;
   for (std::uint64_t seed = 1; seed <= 1500; ++seed) {
     RandomCase c = random_case(seed);
     const FakeCostModel model(c.params);
@@ -519,6 +548,13 @@ TEST(BatchingPropertyTest, EveryStrategyCoversFitsAndIsDeterministic) {
         ++compared_varlen;
       }
     }
+    // ... and never worse than packing-varlen: its micro-batches are runs of the packed-rows
+    // order, each no faster and no lighter than the same samples in one varlen row.
+    const auto& rows = results[3];
+    if (varlen && rows && c.options.dp == 1 && varlen->one_in_flight == rows->one_in_flight) {
+      EXPECT_LE(varlen->objective_ms, rows->objective_ms * (1 + 1e-12)) << "seed " << seed;
+      ++compared_rows;
+    }
     if (seed % 10 == 0 && dyna) {  // determinism
       c.options.strategy = Strategy::DynaPipePadded;
       const BatchingResult again = make_microbatches(c.batch, model, c.options);
@@ -532,6 +568,7 @@ TEST(BatchingPropertyTest, EveryStrategyCoversFitsAndIsDeterministic) {
   EXPECT_GT(compared_padding, 1000);
   EXPECT_GT(compared_token, 300);
   EXPECT_GT(compared_varlen, 300);
+  EXPECT_GT(compared_rows, 300);
 }
 
 // A micro-batch of `members` as the DP strategies form it, built here independently:
@@ -582,12 +619,18 @@ TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
       ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
       continue;
     }
-    const std::vector<std::size_t> order = order_samples(
-        c.batch.samples, c.options.kind, c.options.kind == ModelKind::T5 ? 64 : 1);
-    const int n = static_cast<int>(order.size()), p = c.options.num_stages;
+    // dynapipe cuts both varlen orders and keeps the better.
+    std::vector<std::vector<std::size_t>> orders{order_samples(
+        c.batch.samples, c.options.kind, c.options.kind == ModelKind::T5 ? 64 : 1)};
+    if (c.options.strategy == Strategy::DynaPipe) {
+      orders.push_back(order_packed_rows(c.batch.samples, c.options.kind, c.options.max_seqlen,
+                                         c.options.kind == ModelKind::T5 ? c.options.max_target_len + 1 : 0));
+    }
+    const int n = static_cast<int>(orders[0].size()), p = c.options.num_stages;
     double expected = std::numeric_limits<double>::infinity();
     for (bool one_in_flight : {false, true}) {
       for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+       for (const std::vector<std::size_t>& order : orders) {
         for (std::uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
           std::vector<double> times;
           bool fits = true;
@@ -611,6 +654,7 @@ TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
             expected = std::min(expected, pipeline_objective_ms(times, p, c.options.bubble_weight));
           }
         }
+       }
       }
       if (expected < std::numeric_limits<double>::infinity()) {
         ASSERT_EQ(got.one_in_flight, one_in_flight) << "seed " << seed;

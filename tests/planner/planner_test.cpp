@@ -76,8 +76,9 @@ TEST(PlannerTest, EveryStrategyCoversTheBatchWithinMemoryDeterministically) {
   }
 }
 
+// The extra DP under 75% of the activation budget (off by default since the zb1p memory
+// rule of the schedule-aware search covers what it was for) can only add a candidate.
 TEST(PlannerTest, TighterActivationBudgetsNeverMakeThePlanSlower) {
-  int improved = 0;
   for (std::int64_t max_seqlen : {1024, 2048, 4096}) {
     const PlanConfig config = gpt_config("dynapipe", 4, 1, max_seqlen);
     const Planner full_only(config, options_with(false, {}));
@@ -86,11 +87,8 @@ TEST(PlannerTest, TighterActivationBudgetsNeverMakeThePlanSlower) {
       const double a = full_only.plan_iteration(batch).est_iteration_ms;
       const double b = with_tighter.plan_iteration(batch).est_iteration_ms;
       EXPECT_LE(b, a) << "max seqlen " << max_seqlen << ", iteration " << batch.index;
-      if (b < a * 0.999) ++improved;
     }
   }
-  // On this data the 1F1B-sized micro-batches crowd out zb1p at least once (docs/RESULTS.md).
-  EXPECT_GE(improved, 1);
 }
 
 // The schedule-aware search keeps the 1F1B-rule plan among its candidates, so it can only

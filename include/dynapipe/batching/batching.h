@@ -42,6 +42,14 @@ enum class ReplicaSplit : std::uint8_t {
   Samples,       // deal the ordered samples to replicas in a snake, then one DP per replica
 };
 
+// Which orders the varlen DP (Strategy::DynaPipe) cuts (docs/batching.md, "Ordering for
+// varlen").
+enum class VarlenOrder : std::uint8_t {
+  Both,        // both below, keep the lower objective (ties: Sorted)
+  Sorted,      // order_samples(): runs of similar lengths
+  PackedRows,  // order_packed_rows(): packing-varlen's rows in sequence
+};
+
 struct BatchingOptions {
   Strategy strategy = Strategy::DynaPipe;
   ModelKind kind = ModelKind::Gpt;
@@ -60,6 +68,7 @@ struct BatchingOptions {
   // of max-time thresholds (PartitionOptions::min_tmax_interval_ms).
   double min_tmax_interval_ms = 0;
   ReplicaSplit replica_split = ReplicaSplit::Auto;  // dynapipe with dp > 1
+  VarlenOrder varlen_order = VarlenOrder::Both;     // dynapipe
   // The schedule the micro-batches are planned for (docs/batching.md, "Schedule-aware
   // DP"). in_flight[s] = k_s, the micro-batches whose activations stage s holds at once
   // under that schedule (empty, the default: 1F1B's p − s); each entry >= 1, size p.

@@ -44,6 +44,10 @@ struct PlannerOptions {
   // interleaved's — and keeps the pair that simulates fastest; a named schedule plans
   // for its own rule. false: the 1F1B rule only, whatever the schedule. Default: true.
   bool schedule_aware_dp = true;
+  // dynapipe: also simulate the chosen cuts reordered slowest first with the fastest
+  // micro-batch split into a head and a tail (batching/head_tail.h), and keep the faster
+  // plan. Default: true.
+  bool head_and_tail = true;
 };
 
 class Planner {
