@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "costing.h"
+#include "varlen_memo.h"
 #include "dynapipe/batching/ordering.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
@@ -148,8 +149,13 @@ void BatchingOptions::validate() const {
   if (!(bubble_weight > 0)) fail(cat("bubble_weight must be > 0, got ", bubble_weight));
 }
 
+struct BatchingCache::Store : detail::VarlenMemoStore {};
+
+BatchingCache::BatchingCache() : store_(std::make_unique<Store>()) {}
+BatchingCache::~BatchingCache() = default;
+
 BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost_model,
-                                 const BatchingOptions& options) {
+                                 const BatchingOptions& options, BatchingCache* cache) {
   options.validate();
   if (cost_model.num_stages() != options.num_stages) {
     throw Error(ErrorKind::InvalidArgument,
@@ -192,9 +198,16 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
     orders.push_back(order_packed_rows(batch.samples, options.kind, options.max_seqlen,
                                        options.kind == ModelKind::T5 ? options.max_target_len + 1 : 0));
   }
+  BatchingCache local;
+  detail::VarlenMemoStore& memos = cache != nullptr ? cache->store() : local.store();
+  if (memos.batch != &batch || memos.cost_model != &cost_model) {
+    memos.entries.clear();
+    memos.batch = &batch;
+    memos.cost_model = &cost_model;
+  }
   auto run_one = [&](const std::vector<std::size_t>& order, detail::ShapeCosts& c,
                      detail::MemoryRule rule, double incumbent_ms) {
-    const detail::StrategyInput input{batch.samples, order, options};
+    const detail::StrategyInput input{batch.samples, order, options, &memos};
     switch (options.strategy) {
       case Strategy::DynaPipe:
       case Strategy::DynaPipePadded: return detail::run_dynapipe(input, c, rule, incumbent_ms);

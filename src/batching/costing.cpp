@@ -48,6 +48,32 @@ ShapeCost ShapeCosts::evaluate(const MicroBatchShape& shape,
   return out;
 }
 
+double ShapeCosts::evaluate_stages(const MicroBatchShape& shape, const AttentionDensity& density,
+                                   std::span<std::int64_t> bytes) const {
+  ++evaluations_;
+  double time_ms = 0;
+  for (int s = 0; s < num_stages_; ++s) {
+    const StageCost c = cost_model_.stage_cost(s, shape, density, recompute_);
+    time_ms = std::max(time_ms, c.fwd_ms + c.bwd_ms);
+    bytes[static_cast<std::size_t>(s)] = c.stored_bytes;
+    bytes[static_cast<std::size_t>(num_stages_ + s)] = c.peak_bytes;
+  }
+  DYNAPIPE_CHECK(!std::isnan(time_ms), cat("cost model returned NaN time for shape ", shape.batch,
+                                           "x", shape.seqlen, "+", shape.dec_seqlen));
+  return time_ms;
+}
+
+bool ShapeCosts::fits(std::span<const std::int64_t> bytes, MemoryRule rule) const {
+  if (memory_limit_bytes_ == 0) return true;
+  for (int s = 0; s < num_stages_; ++s) {
+    const std::int64_t k = rule == MemoryRule::Pipelined ? in_flight_[s] : 1;
+    const std::int64_t need = static_bytes_[s] + k * bytes[static_cast<std::size_t>(s)] +
+                              bytes[static_cast<std::size_t>(num_stages_ + s)];
+    if (need > memory_limit_bytes_) return false;
+  }
+  return true;
+}
+
 ShapeCosts::Row* ShapeCosts::row(std::int64_t seqlen, std::int64_t dec_seqlen) {
   const std::uint64_t key =
       (static_cast<std::uint64_t>(seqlen) << 32) ^ static_cast<std::uint64_t>(dec_seqlen);

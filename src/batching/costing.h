@@ -59,6 +59,13 @@ class ShapeCosts {
     return get(row(shape.seqlen, shape.dec_seqlen), shape.seqlen, shape.dec_seqlen, shape.batch);
   }
   std::int64_t evaluations() const { return evaluations_; }
+  // Uncached: the time (max over stages of fwd + bwd) and, into bytes[0..2p), every
+  // stage's stored bytes then peak bytes, independent of the memory rule.
+  double evaluate_stages(const MicroBatchShape& shape, const AttentionDensity& density,
+                         std::span<std::int64_t> bytes) const;
+  // Whether per-stage bytes from evaluate_stages() fit under `rule`.
+  bool fits(std::span<const std::int64_t> bytes, MemoryRule rule) const;
+  int num_stages() const { return num_stages_; }
 
  private:
   const CostModel& cost_model_;
@@ -139,10 +146,12 @@ struct Candidate {
 // Strategy entry points (baselines.cpp, dynapipe_strategy.cpp). `order` is the
 // strategy-independent sorted order (order_samples()). nullopt: nothing feasible under
 // this rule and mode, or nothing strictly better than `incumbent_ms`.
+struct VarlenMemoStore;
 struct StrategyInput {
   std::span<const Sample> samples;
   std::span<const std::size_t> order;
   const BatchingOptions& options;
+  VarlenMemoStore* memos = nullptr;  // dynapipe: segment costs kept across DPs
 };
 std::optional<Candidate> run_dynapipe(const StrategyInput& input, ShapeCosts& costs,
                                       MemoryRule rule, double incumbent_ms);

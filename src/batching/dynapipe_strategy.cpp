@@ -2,8 +2,10 @@
 // dp_partitioner.h over varlen (block-diagonal) or padded micro-batches, and the
 // split over data-parallel replicas.
 #include <algorithm>
+#include <type_traits>
 
 #include "costing.h"
+#include "varlen_memo.h"
 #include "dynapipe/batching/dp_partitioner.h"
 #include "dynapipe/batching/replica_balancer.h"
 #include "dynapipe/core/error.h"
@@ -94,18 +96,22 @@ class PaddedScanner : public ScannerBase<PaddedScanner> {
 
 // Varlen segments (dynapipe): [i, j) is one row of Σ L tokens with block-diagonal
 // attention (make_varlen_microbatch). Its cost depends on the prefix sums of tokens and
-// squared lengths, so the shape cache does not apply; each row's times are memoised as
-// far as they were scanned (the search scans a row several times with falling caps).
+// squared lengths, so the shape cache does not apply; instead each row's segment costs
+// (time and per-stage bytes, rule-free) are kept in VarlenRows as far as some scan needed
+// them, shared by the search's repeated scans with falling caps and, through a
+// BatchingCache, by later DPs under other memory rules and bubble weights.
 // Time and memory are assumed non-decreasing as a segment grows (more tokens and more
 // Σ L²), so a row stops at the first segment that does not fit or exceeds the cap.
-// Complexity: one cost evaluation (num_stages stage_cost() calls) per segment scanned.
+// Complexity: one cost evaluation (num_stages stage_cost() calls) per new segment.
 class VarlenScanner : public ScannerBase<VarlenScanner> {
  public:
   VarlenScanner(std::span<const Sample> samples, std::span<const std::size_t> seq,
-                ModelKind kind, std::int64_t seqlen_multiple, ShapeCosts& costs, MemoryRule rule)
+                ModelKind kind, std::int64_t seqlen_multiple, ShapeCosts& costs, MemoryRule rule,
+                VarlenRows& rows)
       : costs_(costs), rule_(rule), kind_(kind), multiple_(seqlen_multiple),
-        lengths_(seq.size()), memo_(seq.size()) {
-    for (std::size_t k = 0; k < seq.size(); ++k) lengths_[k] = model_lengths(samples[seq[k]], kind);
+        stride_(2 * static_cast<std::size_t>(costs.num_stages())), rows_(rows) {
+    lengths_.reserve(seq.size());
+    for (std::size_t k : seq) lengths_.push_back(model_lengths(samples[k], kind));
   }
 
   int size() const { return static_cast<int>(lengths_.size()); }
@@ -113,58 +119,57 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   template <typename Emit>
   void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
     const int end = static_cast<int>(std::min<std::int64_t>(size(), std::int64_t{i} + max_count));
-    Memo& memo = memo_[static_cast<std::size_t>(i)];
+    VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(i)];
     for (int j = i; j < end; ++j) {
       const std::size_t c = static_cast<std::size_t>(j - i);
-      if (c == memo.times.size()) {
-        if (memo.closed || !extend(i, &memo)) break;
-      }
-      const double t = memo.times[c];
+      if (c == row.time_ms.size()) extend(i, &row);
+      const double t = row.time_ms[c];
       if (t > cap_ms) break;
+      if (!costs_.fits(std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_), rule_)) {
+        break;
+      }
       emit(j - i + 1, t);
     }
   }
 
  private:
-  struct Memo {
-    std::vector<double> times;  // t([i, i + c + 1)) of the fitting segments so far
-    std::int64_t enc = 0, dec = 0;
-    double enc_squares = 0, dec_squares = 0;
-    bool closed = false;        // the next segment does not fit (or the sequence ended)
-  };
-
-  // Costs the next segment of row i; false (and closes the row) if it does not fit.
-  bool extend(int i, Memo* memo) {
-    const std::size_t j = static_cast<std::size_t>(i) + memo->times.size();
-    if (j >= lengths_.size()) {
-      memo->closed = true;
-      return false;
-    }
-    const ModelLengths& l = lengths_[j];
-    memo->enc += l.enc;
-    memo->dec += l.dec;
-    memo->enc_squares += static_cast<double>(l.enc) * static_cast<double>(l.enc);
-    memo->dec_squares += static_cast<double>(l.dec) * static_cast<double>(l.dec);
+  // Costs the next segment of row i (REQUIRES: one is left).
+  void extend(int i, VarlenRows::Row* row) {
+    const ModelLengths& l = lengths_[static_cast<std::size_t>(i) + row->time_ms.size()];
+    row->enc += l.enc;
+    row->dec += l.dec;
+    row->enc_squares += static_cast<double>(l.enc) * static_cast<double>(l.enc);
+    row->dec_squares += static_cast<double>(l.dec) * static_cast<double>(l.dec);
     const MicroBatchShape shape{.batch = 1,
-                                .seqlen = round_up(memo->enc, multiple_),
-                                .dec_seqlen = round_up(memo->dec, multiple_)};
-    const ShapeCost cost = costs_.evaluate(
-        shape, varlen_density(memo->enc_squares, memo->dec_squares, 1, shape, kind_));
-    if (!cost.fits(rule_)) {
-      memo->closed = true;
-      return false;
-    }
-    memo->times.push_back(cost.time_ms);
-    return true;
+                                .seqlen = round_up(row->enc, multiple_),
+                                .dec_seqlen = round_up(row->dec, multiple_)};
+    row->bytes.resize(row->bytes.size() + stride_);
+    const std::span<std::int64_t> bytes =
+        std::span<std::int64_t>(row->bytes).subspan(row->bytes.size() - stride_, stride_);
+    row->time_ms.push_back(costs_.evaluate_stages(
+        shape, varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_), bytes));
   }
 
   ShapeCosts& costs_;
   MemoryRule rule_;
   ModelKind kind_;
   std::int64_t multiple_;
+  std::size_t stride_;                 // bytes per segment: stored and peak per stage
+  VarlenRows& rows_;
   std::vector<ModelLengths> lengths_;  // model lengths in sequence order
-  std::vector<Memo> memo_;
 };
+
+template <typename Scanner>
+Scanner make_scanner(const StrategyInput& input, std::span<const std::size_t> seq,
+                     ShapeCosts& costs, MemoryRule rule) {
+  const BatchingOptions& o = input.options;
+  if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
+    return VarlenScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule,
+                         input.memos->rows_for(seq, costs.recompute()));
+  } else {
+    return PaddedScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule);
+  }
+}
 
 std::vector<MicroBatch> cut(std::span<const Sample> samples, std::span<const std::size_t> seq,
                             const std::vector<int>& starts, const BatchingOptions& options) {
@@ -205,7 +210,7 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   constexpr double kSlack = 1 + 1e-9;  // rounding: a segment exactly at a bound stays in
   const BatchingOptions& options = input.options;
   const PartitionOptions partition = partition_options(options, weight, incumbent_ms);
-  Scanner scanner(input.samples, seq, options.kind, options.seqlen_multiple, costs, rule);
+  Scanner scanner = make_scanner<Scanner>(input, seq, costs, rule);
   if (options.min_tmax_interval_ms > 0) return solve_partition(scanner.table(), partition);
 
   // A sample that does not fit alone is in no segment that fits (monotone memory).

@@ -150,7 +150,8 @@ struct Planner::Impl {
   // quick: only the batching's recompute mode and no micro-batch permutations, to rank
   // many micro-batchings before the full search of the best (choose()).
   Choice search(const GlobalBatch& batch, const BatchingOptions& options,
-                const std::string& schedule, bool quick = false) const;
+                const std::string& schedule, bool quick = false,
+                BatchingCache* cache = nullptr) const;
   Choice search_replicas(const GlobalBatch& batch,
                          const std::vector<std::vector<MicroBatch>>& replicas,
                          const std::string& schedule, bool quick = false,
@@ -161,8 +162,9 @@ struct Planner::Impl {
 
 // Micro-batches under `options`, then the best schedule x recompute of every replica.
 Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& options,
-                             const std::string& schedule, bool quick) const {
-  const BatchingResult batching = make_microbatches(batch, *cost, options);
+                             const std::string& schedule, bool quick,
+                             BatchingCache* cache) const {
+  const BatchingResult batching = make_microbatches(batch, *cost, options, cache);
   Choice choice = search_replicas(batch, batching.replicas, schedule, quick, batching.recompute);
   choice.dp_recompute = batching.recompute;
   choice.batching = options;
@@ -249,12 +251,15 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       return std::nullopt;
     }
   };
+  BatchingCache cache;  // segment costs shared by every DP below
   // The first plan's errors are the planner's (e.g. a sample that fits nowhere).
-  std::vector<Choice> ranked{m.search(batch, plans.front().first, plans.front().second, true)};
+  std::vector<Choice> ranked{
+      m.search(batch, plans.front().first, plans.front().second, true, &cache)};
   std::vector<std::size_t> best_of_order{0};  // per order: index into ranked
   for (std::size_t k = 1; k < plans.size(); ++k) {
     const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order;
-    std::optional<Choice> c = attempt([&] { return m.search(batch, plans[k].first, plans[k].second, true); });
+    std::optional<Choice> c =
+        attempt([&] { return m.search(batch, plans[k].first, plans[k].second, true, &cache); });
     if (!c) continue;
     ranked.push_back(std::move(*c));
     if (new_order) {
@@ -296,7 +301,8 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       double est = start.est_ms;
       for (int step = 0; step < 2; ++step) {
         again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
-        std::optional<Choice> c = attempt([&] { return m.search(batch, again, start.schedule, true); });
+        std::optional<Choice> c =
+            attempt([&] { return m.search(batch, again, start.schedule, true, &cache); });
         if (!c || !(c->est_ms < est)) break;
         est = c->est_ms;
         ranked.push_back(std::move(*c));

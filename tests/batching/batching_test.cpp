@@ -667,6 +667,39 @@ TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
   EXPECT_GT(checked, 380);
 }
 
+// One cache over many calls on the same batch (other memory rules, bubble weights,
+// recompute limits) gives exactly the results of fresh calls.
+TEST(BatchingPropertyTest, CacheGivesTheSameResults) {
+  for (std::uint64_t seed = 1; seed <= 150; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.strategy = Strategy::DynaPipe;
+    const FakeCostModel model(c.params);
+    BatchingCache cache;
+    for (int variant = 0; variant < 3; ++variant) {
+      BatchingOptions o = c.options;
+      if (variant == 1) o.in_flight.assign(static_cast<std::size_t>(o.num_stages), o.num_stages);
+      if (variant == 2) o.bubble_weight = 0.3;
+      std::optional<BatchingResult> fresh, cached;
+      try {
+        fresh = make_microbatches(c.batch, model, o);
+      } catch (const Error& e) {
+        ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
+      }
+      try {
+        cached = make_microbatches(c.batch, model, o, &cache);
+      } catch (const Error& e) {
+        ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
+      }
+      ASSERT_EQ(fresh.has_value(), cached.has_value()) << "seed " << seed;
+      if (!fresh) continue;
+      ASSERT_EQ(fresh->objective_ms, cached->objective_ms) << "seed " << seed;
+      for (std::size_t r = 0; r < fresh->replicas.size(); ++r) {
+        ASSERT_EQ(ids_of(fresh->replicas[r]), ids_of(cached->replicas[r])) << "seed " << seed;
+      }
+    }
+  }
+}
+
 TEST(BatchingPropertyTest, AutoReplicaSplitIsTheBetterOfBoth) {
   for (std::uint64_t seed = 1; seed <= 200; ++seed) {
     RandomCase c = random_case(seed);

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "dynapipe/batching/strategy.h"
@@ -94,12 +95,29 @@ struct BatchingResult {
   bool one_in_flight = false; // fitted with k_s = 1 (see the memory rule above)
 };
 
+// Segment costs kept between make_microbatches() calls on the same batch and cost model:
+// the varlen DP's segment costs do not depend on the memory rule or the bubble weight,
+// so the planner's several DPs of one iteration compute them once. A cache given another
+// batch or cost model starts over. Not thread-safe: one per planning thread.
+class BatchingCache {
+ public:
+  BatchingCache();
+  ~BatchingCache();
+  BatchingCache(const BatchingCache&) = delete;
+  BatchingCache& operator=(const BatchingCache&) = delete;
+  struct Store;
+  Store& store() { return *store_; }
+
+ private:
+  std::unique_ptr<Store> store_;
+};
+
 // Throws InvalidArgument for bad options, a sample longer than max_seqlen /
 // max_target_len, duplicate ids or a cost model with another stage count; Infeasible when
 // one sample alone (or, for padding, one padded row) does not fit in memory under any
 // recompute mode, naming the sample, its length, the bytes needed and the budget.
 BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost_model,
-                                 const BatchingOptions& options);
+                                 const BatchingOptions& options, BatchingCache* cache = nullptr);
 
 // t(M): the bottleneck stage's fwd_ms + bwd_ms for the micro-batch's shape and density.
 double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microbatch,
