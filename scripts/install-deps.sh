@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev zlib1g-dev   # planner core
   libhiredis-dev redis-server                                # Redis plan store + its test
   libgtest-dev libgmock-dev libbenchmark-dev                 # tests and bench/
+  clang libclang-rt-14-dev                                   # fuzz targets (ctest label fuzz)
   python3-torch python3-pybind11 pybind11-dev                # reference checks, bindings
 )
 

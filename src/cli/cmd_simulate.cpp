@@ -19,7 +19,7 @@ namespace {
 
 struct SimulateFlags {
   CommonFlags common;
-  std::string strategies = "dynapipe,padding,packing,packing-varlen,token-based,dynapipe-padded";
+  std::string strategies = join(strategy_names(), ",");
   std::string schedules = "1f1b,interleaved,wait-free-cyclic,zb1p,auto";
   std::string trace;
 };
@@ -41,11 +41,27 @@ void run_simulate(const SimulateFlags& flags) {
                    "ideal ms", "vs ideal"});
   ExecutionPlan best_plan;
   double best_ms = 0;
-  for (const std::string& strategy : split(flags.strategies, ',')) {
-    for (const std::string& schedule : split(flags.schedules, ',')) {
+  const std::vector<std::string> strategies = split(flags.strategies, ',');
+  const std::vector<std::string> schedules = split(flags.schedules, ',');
+  for (const std::string& strategy : strategies) {
+    if (!parse_strategy(strategy)) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--strategies: each must be one of ", join(strategy_names(), ", "),
+                      ", got \"", strategy, "\""));
+    }
+  }
+  for (const std::string& schedule : schedules) {
+    if (!parse_schedule_kind(schedule)) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--schedules: each must be one of ", join(schedule_kind_names(), ", "),
+                      ", got \"", schedule, "\""));
+    }
+  }
+  for (const std::string& strategy : strategies) {
+    for (const std::string& schedule : schedules) {
       PlanConfig config = base;
-      config.strategy = strategy;
-      config.schedule = schedule;
+      config.strategy = *parse_strategy(strategy);
+      config.schedule = *parse_schedule_kind(schedule);
       PlannedRun run;
       try {
         run = plan_batches(config, batches, (strategy + "/" + schedule).c_str());
@@ -78,13 +94,13 @@ void run_simulate(const SimulateFlags& flags) {
   std::cout << table.to_markdown();
   if (!flags.trace.empty() && !best_plan.iterations.empty()) {
     ChromeTraceOptions options;
-    options.process_name = cat(best_plan.config.strategy, "/", best_plan.config.schedule,
-                               ", iteration 0");
+    const std::string best_name = cat(strategy_name(best_plan.config.strategy), "/",
+                                      schedule_kind_name(best_plan.config.schedule));
+    options.process_name = cat(best_name, ", iteration 0");
     write_file_atomically(flags.trace,
                           timeline_chrome_trace(best_plan.iterations.front().replicas.front().timeline,
                                                 options));
-    std::printf("\ntrace of the fastest row (%s/%s) written to %s\n",
-                best_plan.config.strategy.c_str(), best_plan.config.schedule.c_str(),
+    std::printf("\ntrace of the fastest row (%s) written to %s\n", best_name.c_str(),
                 flags.trace.c_str());
   }
 }

@@ -1,6 +1,5 @@
 #include "cli/flags.h"
 
-#include "dynapipe/batching/strategy.h"
 #include "dynapipe/cost/model_spec.h"
 
 namespace dynapipe::cli {
@@ -26,14 +25,12 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
   command.add_option("--global-batch-tokens", flags.global_batch_tokens,
                      "Token budget of one global batch (all replicas)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
-  const std::vector<std::string_view> strategies = strategy_names();
   command.add_option("--strategy", flags.strategy, "Micro-batching strategy")
-      ->check(CLI::IsMember(std::vector<std::string>(strategies.begin(), strategies.end())))
-      ->capture_default_str();
+      ->transform(strategy_transformer())
+      ->default_str(std::string(strategy_name(flags.strategy)));
   command.add_option("--schedule", flags.schedule, "Pipeline schedule")
-      ->check(CLI::IsMember(
-          {"auto", "gpipe", "1f1b", "interleaved", "cyclic", "wait-free-cyclic", "zb1p"}))
-      ->capture_default_str();
+      ->transform(schedule_transformer())
+      ->default_str(std::string(schedule_kind_name(flags.schedule)));
   command.add_option("--memory-limit", flags.memory_limit_gib,
                      "Device memory per executor, GiB (default: the device's)")
       ->check(CLI::Range(0.0, 1e6));
@@ -46,6 +43,20 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
   command.add_option("--seqlen-multiple", flags.seqlen_multiple,
                      "Round micro-batch sequence lengths up to this multiple")
       ->check(CLI::Range(1, 4096))->capture_default_str();
+}
+
+CLI::CheckedTransformer strategy_transformer() {
+  std::vector<std::pair<std::string, Strategy>> choices;
+  for (std::string_view name : strategy_names()) choices.emplace_back(name, *parse_strategy(name));
+  return CLI::CheckedTransformer(choices);
+}
+
+CLI::CheckedTransformer schedule_transformer() {
+  std::vector<std::pair<std::string, ScheduleKind>> choices;
+  for (std::string_view name : schedule_kind_names()) {
+    choices.emplace_back(name, *parse_schedule_kind(name));
+  }
+  return CLI::CheckedTransformer(choices);
 }
 
 PlanConfig to_plan_config(const CommonFlags& flags) {

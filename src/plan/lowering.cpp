@@ -20,24 +20,11 @@
 #include <tuple>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/rank_layout.h"
 #include "dynapipe/core/strings.h"
 
 namespace dynapipe {
 namespace {
-
-char op_letter(OpKind kind) {
-  switch (kind) {
-    case OpKind::F: return 'F';
-    case OpKind::B: return 'B';
-    case OpKind::I: return 'I';
-    case OpKind::W: return 'W';
-  }
-  return '?';
-}
-
-std::string op_label(const PipelineOp& op) {
-  return cat(op_letter(op.kind), "(mb ", op.mb, ", stage ", op.stage, ")");
-}
 
 [[noreturn]] void bad_input(const std::string& message) {
   throw Error(ErrorKind::InvalidArgument, cat("lowering: ", message));
@@ -154,7 +141,8 @@ std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& in) {
   const int num_devices = in.layout.num_devices;
   const int num_stages = in.layout.num_stages();
   const int num_mbs = static_cast<int>(in.microbatches.size());
-  auto rank_of = [&](int device) { return in.replica * num_devices + device; };
+  const RankLayout ranks{.pp = num_devices, .dp = in.dp};
+  auto rank_of = [&](int device) { return ranks.rank_of(in.replica, device); };
   auto slot_index = [&](int mb, int stage, OpKind kind) {
     return (static_cast<std::size_t>(mb) * num_stages + stage) * 4 + static_cast<std::size_t>(kind);
   };
@@ -166,15 +154,15 @@ std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& in) {
     for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
       const PipelineOp& op = ops[i];
       if (op.mb < 0 || op.mb >= num_mbs || op.stage < 0 || op.stage >= num_stages) {
-        bad_input(cat("order.device_ops[", d, "][", i, "] ", op_label(op), " must have mb in [0, ",
+        bad_input(cat("order.device_ops[", d, "][", i, "] ", op_name(op), " must have mb in [0, ",
                       num_mbs, ") and stage in [0, ", num_stages, ")"));
       }
       if (in.layout.device_of(op.stage) != d) {
-        bad_input(cat("order.device_ops[", d, "][", i, "] ", op_label(op), " must run on device ",
+        bad_input(cat("order.device_ops[", d, "][", i, "] ", op_name(op), " must run on device ",
                       in.layout.device_of(op.stage), ", got device ", d));
       }
       OpSlot& slot = slots[slot_index(op.mb, op.stage, op.kind)];
-      if (slot.scheduled) bad_input(cat("order runs ", op_label(op), " twice"));
+      if (slot.scheduled) bad_input(cat("order runs ", op_name(op), " twice"));
       slot.scheduled = true;
       slot.device = d;
       slot.index = i;
@@ -183,10 +171,10 @@ std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& in) {
   for (const TimedOp& t : in.sim->timeline) {
     const PipelineOp& op = t.op;
     if (op.mb < 0 || op.mb >= num_mbs || op.stage < 0 || op.stage >= num_stages) {
-      bad_input(cat("sim.timeline op ", op_label(op), " is out of range"));
+      bad_input(cat("sim.timeline op ", op_name(op), " is out of range"));
     }
     OpSlot& slot = slots[slot_index(op.mb, op.stage, op.kind)];
-    if (!slot.scheduled) bad_input(cat("sim.timeline has ", op_label(op), ", which the order does not run"));
+    if (!slot.scheduled) bad_input(cat("sim.timeline has ", op_name(op), ", which the order does not run"));
     slot.timed = true;
     slot.start_ms = t.start_ms;
     slot.end_ms = t.end_ms;
@@ -198,7 +186,7 @@ std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& in) {
       const OpSlot& i = slots[slot_index(mb, s, OpKind::I)];
       const OpSlot& w = slots[slot_index(mb, s, OpKind::W)];
       PipelineOp fop{mb, s, OpKind::F};
-      if (!f.scheduled) bad_input(cat("order must run ", op_label(fop), ", got none"));
+      if (!f.scheduled) bad_input(cat("order must run ", op_name(fop), ", got none"));
       if (b.scheduled == (i.scheduled || w.scheduled) || i.scheduled != w.scheduled) {
         bad_input(cat("order must run either B or both I and W for (mb ", mb, ", stage ", s, ")"));
       }
@@ -209,7 +197,7 @@ std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& in) {
       for (OpKind kind : {OpKind::F, OpKind::B, OpKind::I, OpKind::W}) {
         const OpSlot& slot = slots[slot_index(mb, s, kind)];
         if (slot.scheduled && !slot.timed) {
-          bad_input(cat("sim.timeline must time every op of the order, ", op_label({mb, s, kind}),
+          bad_input(cat("sim.timeline must time every op of the order, ", op_name({mb, s, kind}),
                         " is missing"));
         }
       }
@@ -296,8 +284,8 @@ std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& in) {
           int prev_device = in.layout.device_of(s - 1);
           if (prev_device == d) {
             if (slots[slot_index(mb, s - 1, OpKind::F)].index > i) {
-              bad_input(cat("order.device_ops[", d, "] runs ", op_label(op), " before ",
-                            op_label({mb, s - 1, OpKind::F}), " on the same device"));
+              bad_input(cat("order.device_ops[", d, "] runs ", op_name(op), " before ",
+                            op_name({mb, s - 1, OpKind::F}), " on the same device"));
             }
             consume(fwd_out[at(mb, s - 1)]);
           } else {
@@ -325,7 +313,7 @@ std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& in) {
           int next_device = in.layout.device_of(s + 1);
           if (next_device == d) {
             if (backward_slot(mb, s + 1).index > i) {
-              bad_input(cat("order.device_ops[", d, "] runs ", op_label(op),
+              bad_input(cat("order.device_ops[", d, "] runs ", op_name(op),
                             " before the backward of (mb ", mb, ", stage ", s + 1, ") on the same device"));
             }
             consume(bwd_out[at(mb, s + 1)]);

@@ -7,7 +7,7 @@
 
 #include "dynapipe/batching/batching.h"
 #include "dynapipe/batching/head_tail.h"
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/plan/lowering.h"
@@ -20,12 +20,6 @@ namespace dynapipe {
 namespace {
 
 constexpr int kInterleavedChunks = 2;
-
-bool known_schedule(const std::string& name) {
-  if (name == "auto") return true;
-  const auto& names = schedule_names();
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
 
 void validate_config(const PlanConfig& config) {
   config.model.validate();
@@ -47,16 +41,27 @@ void validate_config(const PlanConfig& config) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--memory-limit must be >= 0 GiB, got ", config.memory_limit_gib));
   }
-  if (!parse_strategy(config.strategy)) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat("--strategy must be one of ", join(strategy_names(), ", "), ", got \"",
-                    config.strategy, "\""));
+}
+
+// Replays the replica's programs (deadlock freedom, matching, buffers) and their memory
+// in instruction order: static bytes, each micro-batch's stored activations from F to its
+// B/W and every live message buffer together must stay within the memory limit. This is
+// the plan's memory claim checked independently of the simulator's timeline, which
+// chose the schedule.
+void verify_replica(const ReplicaPlan& replica, const PipelineProblem& problem,
+                    const CostModel& stage_model, std::int64_t memory_limit_bytes) {
+  VerifyOptions verify;
+  verify.layout = problem.layout;
+  verify.num_microbatches = static_cast<int>(replica.microbatches.size());
+  verify.static_bytes = problem.static_bytes;
+  verify.memory_limit_bytes = memory_limit_bytes;
+  verify.bytes_per_element = stage_model.device().bytes_per_element;
+  for (const auto& per_stage : problem.costs) {
+    std::vector<std::int64_t> stored;
+    for (const StageCost& c : per_stage) stored.push_back(c.stored_bytes);
+    verify.stored_bytes.push_back(std::move(stored));
   }
-  if (!known_schedule(config.schedule)) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat("--schedule must be auto or one of ", join(schedule_names(), ", "), ", got \"",
-                    config.schedule, "\""));
-  }
+  verify_programs(replica.executors, verify);
 }
 
 double percentile(std::vector<double> values, double q) {
@@ -81,7 +86,7 @@ struct ReplicaChoice {
 struct Choice {
   std::vector<ReplicaChoice> replicas;
   double est_ms = 0;  // the slowest replica's simulated makespan
-  std::string schedule;            // the --schedule value searched
+  ScheduleKind schedule = ScheduleKind::Auto;  // the --schedule value searched
   Recompute dp_recompute = Recompute::None;  // the batching result's recompute mode
   BatchingOptions batching;        // the options the micro-batches were cut with
 };
@@ -94,7 +99,7 @@ namespace {
 // weight (docs/batching.md, "Schedule-aware DP"), and the schedule name the search then
 // tries on them ("auto": every schedule).
 struct DpTarget {
-  std::string schedule;
+  ScheduleKind schedule = ScheduleKind::Auto;
   std::vector<int> in_flight;  // empty: 1F1B's p − s
   double bubble_weight = 1.0;
 };
@@ -144,17 +149,17 @@ struct Planner::Impl {
   std::int64_t memory_limit_bytes = 0;
   std::int64_t max_static_bytes = 0;  // the largest stage's parameters, grads, optimizer
   BatchingOptions batching;           // the first DP target's rule (or a baseline's)
-  std::string first_schedule;         // the schedule(s) searched on `batching`'s result
+  ScheduleKind first_schedule = ScheduleKind::Auto;  // searched on `batching`'s result
   std::vector<DpTarget> more_targets; // DP strategies: further schedules planned for
 
   // quick: only the batching's recompute mode and no micro-batch permutations, to rank
   // many micro-batchings before the full search of the best (choose()).
   Choice search(const GlobalBatch& batch, const BatchingOptions& options,
-                const std::string& schedule, bool quick = false,
+                ScheduleKind schedule, bool quick = false,
                 BatchingCache* cache = nullptr) const;
   Choice search_replicas(const GlobalBatch& batch,
                          const std::vector<std::vector<MicroBatch>>& replicas,
-                         const std::string& schedule, bool quick = false,
+                         ScheduleKind schedule, bool quick = false,
                          Recompute recompute = Recompute::None) const;
   Choice choose(const GlobalBatch& batch) const;
   std::vector<Choice> rank_dp_plans(const GlobalBatch& batch) const;
@@ -162,7 +167,7 @@ struct Planner::Impl {
 
 // Micro-batches under `options`, then the best schedule x recompute of every replica.
 Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& options,
-                             const std::string& schedule, bool quick,
+                             ScheduleKind schedule, bool quick,
                              BatchingCache* cache) const {
   const BatchingResult batching = make_microbatches(batch, *cost, options, cache);
   Choice choice = search_replicas(batch, batching.replicas, schedule, quick, batching.recompute);
@@ -174,7 +179,7 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
 // The best schedule x recompute of every replica's micro-batches.
 Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
                                       const std::vector<std::vector<MicroBatch>>& replicas,
-                                      const std::string& schedule, bool quick,
+                                      ScheduleKind schedule, bool quick,
                                       Recompute recompute) const {
   const Impl& m = *this;
   Choice choice;
@@ -224,7 +229,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
 // with a head and a tail, and a line search on the bubble weight of the best.
 std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const {
   const Impl& m = *this;
-  std::vector<std::pair<BatchingOptions, std::string>> plans{{m.batching, m.first_schedule}};
+  std::vector<std::pair<BatchingOptions, ScheduleKind>> plans{{m.batching, m.first_schedule}};
   for (const DpTarget& target : m.more_targets) {
     BatchingOptions planned_for = m.batching;
     planned_for.in_flight = target.in_flight;
@@ -373,8 +378,9 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   const bool interleaving_possible =
       config.pp > 1 && config.model.total_layers() >= config.pp * kInterleavedChunks;
   const bool wants_interleaved =
-      config.schedule == "interleaved" || (config.schedule == "auto" && !options.fixed_layout);
-  if (config.schedule == "interleaved" && !interleaving_possible) {
+      config.schedule == ScheduleKind::Interleaved ||
+      (config.schedule == ScheduleKind::Auto && !options.fixed_layout);
+  if (config.schedule == ScheduleKind::Interleaved && !interleaving_possible) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--schedule interleaved needs --pp >= 2 and at least ", kInterleavedChunks,
                     " layers per stage (", config.model.name, " has ", config.model.total_layers(),
@@ -385,7 +391,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
     CostModelOptions interleaved_options = cost_options;
     interleaved_options.num_stages = config.pp * kInterleavedChunks;
     m.interleaved_cost = make_cost_model(config.cost_model, config.model, interleaved_options);
-    if (config.schedule == "interleaved") m.config.chunks = kInterleavedChunks;
+    if (config.schedule == ScheduleKind::Interleaved) m.config.chunks = kInterleavedChunks;
   }
 
   m.memory_limit_bytes = config.memory_limit_gib > 0 ? gib_to_bytes(config.memory_limit_gib)
@@ -405,7 +411,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   }
 
   BatchingOptions& b = m.batching;
-  b.strategy = *parse_strategy(config.strategy);
+  b.strategy = config.strategy;
   b.kind = config.model.kind;
   b.num_stages = config.pp;
   b.dp = config.dp;
@@ -419,18 +425,18 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   // searched with that schedule (the 1F1B rule with every schedule under auto).
   m.first_schedule = config.schedule;
   if (is_dp_strategy(b.strategy) && options.schedule_aware_dp && config.pp > 1) {
-    const DpTarget zb{"zb1p", std::vector<int>(static_cast<std::size_t>(config.pp), config.pp),
+    const DpTarget zb{ScheduleKind::Zb1p, std::vector<int>(static_cast<std::size_t>(config.pp), config.pp),
                       zero_bubble_weight(*m.cost, b)};
     const bool interleaved = m.interleaved_cost != nullptr;
-    const DpTarget il{"interleaved", interleaved_in_flight(config.pp, kInterleavedChunks),
+    const DpTarget il{ScheduleKind::Interleaved, interleaved_in_flight(config.pp, kInterleavedChunks),
                       1.0 / kInterleavedChunks};
-    if (config.schedule == "zb1p") {
+    if (config.schedule == ScheduleKind::Zb1p) {
       b.in_flight = zb.in_flight;
       b.bubble_weight = zb.bubble_weight;
-    } else if (config.schedule == "interleaved") {
+    } else if (config.schedule == ScheduleKind::Interleaved) {
       b.in_flight = il.in_flight;
       b.bubble_weight = il.bubble_weight;
-    } else if (config.schedule == "auto") {
+    } else if (config.schedule == ScheduleKind::Auto) {
       m.more_targets.push_back(zb);
       if (interleaved) m.more_targets.push_back(il);
     }
@@ -442,6 +448,9 @@ Planner::~Planner() = default;
 const PlanConfig& Planner::config() const { return impl_->config; }
 const CostModel& Planner::cost_model() const { return *impl_->cost; }
 const CostModel& Planner::base_cost_model() const { return *impl_->base_cost; }
+const std::vector<StageLayers>& Planner::stage_layers() const {
+  return impl_->config.chunks > 1 ? impl_->interleaved_cost->stages() : impl_->base_cost->stages();
+}
 
 IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
   const Impl& m = *impl_;
@@ -492,12 +501,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     lowering.order = &best.order;
     lowering.sim = &best.sim;
     replica.executors = lower_to_programs(lowering);
-    if (m.options.verify) {
-      VerifyOptions verify;
-      verify.layout = chosen.problem.layout;
-      verify.num_microbatches = static_cast<int>(microbatches.size());
-      verify_programs(replica.executors, verify);
-    }
+    if (m.options.verify) verify_replica(replica, chosen.problem, stage_model, m.memory_limit_bytes);
     iteration.est_iteration_ms = std::max(iteration.est_iteration_ms, replica.est_iteration_ms);
     iteration.replicas.push_back(std::move(replica));
   }

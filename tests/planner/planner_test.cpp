@@ -25,11 +25,11 @@ PlannerOptions options_with(bool fixed_layout, std::vector<double> shares = {0.7
   return options;
 }
 
-PlanConfig gpt_config(const std::string& strategy, int pp, int dp, std::int64_t max_seqlen) {
+PlanConfig gpt_config(std::string_view strategy, int pp, int dp, std::int64_t max_seqlen) {
   PlanConfig config;
   config.model = load_model_spec("gpt-6.7b");
   config.samples_path = DYNAPIPE_SOURCE_DIR "/assets/flan_like_mix.jsonl.gz";
-  config.strategy = strategy;
+  config.strategy = *parse_strategy(strategy);
   config.cost_model = "analytic:a100-40g";
   config.pp = pp;
   config.dp = dp;

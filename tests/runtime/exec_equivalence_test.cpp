@@ -45,11 +45,11 @@ const std::string& samples_file() {
   return path;
 }
 
-PlanConfig plan_config(ModelKind kind, const std::string& strategy, int pp, int dp) {
+PlanConfig plan_config(ModelKind kind, std::string_view strategy, int pp, int dp) {
   PlanConfig config;
   config.model = load_model_spec(kind == ModelKind::Gpt ? "gpt-tiny" : "t5-tiny");
   config.samples_path = samples_file();
-  config.strategy = strategy;
+  config.strategy = *parse_strategy(strategy);
   config.cost_model = "analytic:cpu";
   config.pp = pp;
   config.dp = dp;
@@ -80,7 +80,7 @@ TrainSummary pipelined_run(const TrainOptions& options) {
   TrainSummary summary;
   run_threads(world, [&](int rank) {
     PlanStore store(kv, "equivalence");
-    RankContext context{.rank = rank, .world_size = world, .pp = pp, .dp = dp,
+    RankContext context{.rank = rank, .ranks = {.pp = pp, .dp = dp},
                         .pipe = pipe[rank].get(),
                         .dp_group = dp > 1 ? dp_groups[rank % pp][rank / pp].get() : nullptr,
                         .store = &store};
@@ -153,9 +153,9 @@ void check_every_strategy(ModelKind kind) {
 
 void check_every_schedule(ModelKind kind) {
   const auto expected = single_process_losses(train_options(plan_config(kind, "dynapipe", 2, 1)));
-  for (const char* schedule : {"gpipe", "1f1b", "cyclic", "wait-free-cyclic", "zb1p"}) {
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved", "cyclic", "wait-free-cyclic", "zb1p"}) {
     auto options = train_options(plan_config(kind, "dynapipe", 2, 1));
-    options.plan.schedule = schedule;
+    options.plan.schedule = *parse_schedule_kind(schedule);
     expect_same_losses(expected, pipelined_losses(options),
                        cat(model_kind_name(kind), " schedule ", schedule));
   }

@@ -85,7 +85,7 @@ std::vector<Rank> run_pipeline(int pp, int dp, const std::vector<std::vector<Mic
   for (int rank = 0; rank < world; ++rank) {
     int d = rank % pp, r = rank / pp;
     ranks[rank].stage = std::make_shared<FakeStage>(d, pp);
-    ExecutorConfig config{.rank = rank, .world_size = world, .pp = pp, .num_stages = pp,
+    ExecutorConfig config{.rank = rank, .ranks = {.pp = pp, .dp = world / pp}, .num_stages = pp,
                           .comm_timeout = timeout};
     ranks[rank].executor = std::make_unique<Executor>(
         config, std::map<int, std::shared_ptr<StageModel>>{{d, ranks[rank].stage}}, *pipe[rank],
@@ -189,7 +189,7 @@ TEST(ExecutorTest, MismatchedPlanOverGlooFailsWithinDeadline) {
     auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
     auto comm = make_gloo_communicator(store, "pipe", rank, 2, 2000ms);
     auto stage = std::make_shared<FakeStage>(rank, 2);
-    Executor executor({.rank = rank, .world_size = 2, .pp = 2, .num_stages = 2, .comm_timeout = 2000ms},
+    Executor executor({.rank = rank, .ranks = {.pp = 2, .dp = 1}, .num_stages = 2, .comm_timeout = 2000ms},
                       {{rank, stage}}, *comm, nullptr, fake_collate);
     try {
       executor.run({.iteration = 7, .replica = &plan, .program = &plan.executors[rank], .loss_scale = 0.01});
@@ -209,7 +209,7 @@ TEST(ExecutorTest, ValidationRejectsBadProgramsBeforeRunning) {
   ReplicaPlan plan;
   plan.microbatches = mbs;
   plan.executors = gpipe_programs(mbs, 2, 0, false);
-  ExecutorConfig config{.rank = 0, .world_size = 2, .pp = 2, .num_stages = 2};
+  ExecutorConfig config{.rank = 0, .ranks = {.pp = 2, .dp = 1}, .num_stages = 2};
   EXPECT_NO_THROW(validate_program(plan.executors[0], plan, 3, config, {0}));
   auto expect_parse_error = [&](std::function<void(ExecutorProgram&)> edit, const std::string& what) {
     auto p = plan.executors[0];

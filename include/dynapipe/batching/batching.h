@@ -27,7 +27,7 @@
 #include <memory>
 #include <vector>
 
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/microbatch.h"
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/core/sample.h"
@@ -127,7 +127,7 @@ double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microba
 double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages,
                              double bubble_weight = 1.0);
 
-// Real tokens / tokens computed over every micro-batch of every replica (CONTRACTS.md):
+// Real tokens / tokens computed over every micro-batch of every replica (docs/plan-format.md):
 // Σ real_tokens / Σ shape.tokens(). 1 for an empty result.
 double padding_efficiency(const BatchingResult& result);
 

@@ -9,18 +9,21 @@
 #include "dynapipe/core/microbatch.h"
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/core/sample.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/plan/instruction.h"
 #include "dynapipe/schedule/pipeline.h"
+#include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe {
 
-// Every input that shaped the plan.
+// Every input that shaped the plan. Names are parsed into enums once, at the edge (CLI,
+// plan JSON, bindings); everything downstream reads the enums.
 struct PlanConfig {
   ModelSpec model;
   std::string samples_path;
-  std::string strategy = "dynapipe";
-  std::string schedule = "auto";
+  Strategy strategy = Strategy::DynaPipe;
+  ScheduleKind schedule = ScheduleKind::Auto;
   std::string cost_model = "analytic:a100-40g";
   int pp = 1;
   int dp = 1;
@@ -45,7 +48,7 @@ struct MicroBatchEstimate {
 struct ReplicaPlan {
   std::vector<MicroBatch> microbatches;
   std::vector<MicroBatchEstimate> estimates;   // parallel to microbatches
-  std::string schedule;                        // e.g. "wait-free-cyclic"
+  ScheduleKind schedule = ScheduleKind::OneFOneB;  // the schedule chosen (never Auto)
   Recompute recompute = Recompute::None;
   double est_iteration_ms = 0;
   std::vector<std::int64_t> est_peak_memory_bytes;  // [device]

@@ -72,10 +72,11 @@ void validate_program(const ExecutorProgram& program, const ReplicaPlan& replica
     throw Error(ErrorKind::ParseError, cat(where, ": ", what));
   };
   if (program.rank != config.rank) fail(cat("program rank must be ", config.rank, ", got ", program.rank));
-  if (program.device != config.rank % config.pp)
-    fail(cat("program device must be ", config.rank % config.pp, ", got ", program.device));
-  if (program.replica != config.rank / config.pp)
-    fail(cat("program replica must be ", config.rank / config.pp, ", got ", program.replica));
+  const RankLayout& ranks = config.ranks;
+  if (program.device != ranks.stage_of(config.rank))
+    fail(cat("program device must be ", ranks.stage_of(config.rank), ", got ", program.device));
+  if (program.replica != ranks.replica_of(config.rank))
+    fail(cat("program replica must be ", ranks.replica_of(config.rank), ", got ", program.replica));
   std::set<int> mb_ids;
   for (const auto& mb : replica.microbatches) mb_ids.insert(mb.id);
   // Outstanding Starts per (op, peer) with their micro-batch ids, to match Finishes.
@@ -97,11 +98,11 @@ void validate_program(const ExecutorProgram& program, const ReplicaPlan& replica
     if (in.op == Op::LoadInput && in.stage >= 0 && !local_stages.count(in.stage))
       at(cat("stage must be one this executor holds or -1, got ", in.stage));
     if (is_start(in.op) || is_finish(in.op)) {
-      if (in.peer < 0 || in.peer >= config.world_size || in.peer == config.rank)
-        at(cat("peer must be another rank in [0, ", config.world_size, "), got ", in.peer));
-      if (in.peer / config.pp != config.rank / config.pp)
-        at(cat("peer must be in replica ", config.rank / config.pp, ", got rank ", in.peer,
-               " of replica ", in.peer / config.pp));
+      if (in.peer < 0 || in.peer >= ranks.world_size() || in.peer == config.rank)
+        at(cat("peer must be another rank in [0, ", ranks.world_size(), "), got ", in.peer));
+      if (ranks.replica_of(in.peer) != ranks.replica_of(config.rank))
+        at(cat("peer must be in replica ", ranks.replica_of(config.rank), ", got rank ", in.peer,
+               " of replica ", ranks.replica_of(in.peer)));
       if (!local_stage(in, local_stages))
         at(cat("stage must name a stage of this executor (", join(local_stages, ", "),
                ") or its neighbour, got ", in.stage));

@@ -25,6 +25,7 @@
 #include <memory>
 #include <set>
 
+#include "dynapipe/core/rank_layout.h"
 #include "dynapipe/plan/execution_plan.h"
 #include "runtime/exec/communicator.h"
 #include "runtime/stage_model.h"
@@ -36,9 +37,8 @@ namespace dynapipe::runtime {
 using CollateFn = std::function<MicroBatchTensors(const MicroBatch&)>;
 
 struct ExecutorConfig {
-  int rank = 0;          // global rank = replica * pp + device
-  int world_size = 1;    // pp * dp
-  int pp = 1;            // pipeline devices per replica
+  int rank = 0;          // global rank (RankLayout: replica * pp + device)
+  RankLayout ranks;      // pipeline devices x replicas
   int num_stages = 1;    // virtual stages of the pipeline (pp * chunks)
   Millis comm_timeout{30000};  // bound on every *Finish / ReduceGrads wait. Default 30 s.
   double lr = 3e-4;            // AdamW learning rate

@@ -1,4 +1,4 @@
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 
 #include <array>
 
