@@ -112,6 +112,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         stride_(2 * static_cast<std::size_t>(costs.num_stages())), rows_(rows) {
     lengths_.reserve(seq.size());
     for (std::size_t k : seq) lengths_.push_back(model_lengths(samples[k], kind));
+    fit_.resize(seq.size());
   }
 
   int size() const { return static_cast<int>(lengths_.size()); }
@@ -120,13 +121,20 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
     const int end = static_cast<int>(std::min<std::int64_t>(size(), std::int64_t{i} + max_count));
     VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(i)];
+    Fit& fit = fit_[static_cast<std::size_t>(i)];
     for (int j = i; j < end; ++j) {
       const std::size_t c = static_cast<std::size_t>(j - i);
       if (c == row.time_ms.size()) extend(i, &row);
       const double t = row.time_ms[c];
       if (t > cap_ms) break;
-      if (!costs_.fits(std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_), rule_)) {
-        break;
+      if (c >= fit.known) {  // memory is checked once per segment and rule
+        if (fit.closed) break;
+        const auto bytes = std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_);
+        if (!costs_.fits(bytes, rule_)) {
+          fit.closed = true;
+          break;
+        }
+        fit.known = c + 1;
       }
       emit(j - i + 1, t);
     }
@@ -150,6 +158,11 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         shape, varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_), bytes));
   }
 
+  struct Fit {
+    std::size_t known = 0;  // this many leading segments of the row fit under rule_
+    bool closed = false;    // and the next one does not
+  };
+
   ShapeCosts& costs_;
   MemoryRule rule_;
   ModelKind kind_;
@@ -157,6 +170,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   std::size_t stride_;                 // bytes per segment: stored and peak per stage
   VarlenRows& rows_;
   std::vector<ModelLengths> lengths_;  // model lengths in sequence order
+  std::vector<Fit> fit_;               // per row
 };
 
 template <typename Scanner>
