@@ -103,7 +103,10 @@ void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
 // its parts, and a padded segment costs no less than the same samples in one varlen row),
 // and no micro-batch is faster than its slowest sample alone. Memory is ignored.
 double objective_lower_bound(const GlobalBatch& batch, const BatchingOptions& options,
-                             detail::ShapeCosts& costs) {
+                             detail::ShapeCosts& costs, detail::VarlenMemoStore& memos) {
+  const double slope = options.bubble_weight * (options.num_stages - 1);
+  detail::VarlenMemoStore::Bound& known = memos.bounds[static_cast<std::size_t>(costs.recompute())];
+  if (known.valid) return known.merged_ms + slope * known.slowest_ms;
   std::vector<std::size_t> all(batch.samples.size());
   double slowest = 0;
   for (std::size_t k = 0; k < all.size(); ++k) {
@@ -115,8 +118,8 @@ double objective_lower_bound(const GlobalBatch& batch, const BatchingOptions& op
   }
   const MicroBatch merged =
       detail::make_varlen_microbatch(batch.samples, all, options.kind, options.seqlen_multiple);
-  return detail::cost_of(costs, merged).time_ms +
-         options.bubble_weight * (options.num_stages - 1) * slowest;
+  known = {.valid = true, .merged_ms = detail::cost_of(costs, merged).time_ms, .slowest_ms = slowest};
+  return known.merged_ms + slope * known.slowest_ms;
 }
 
 }  // namespace
@@ -179,7 +182,18 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
                                                     options.num_stages, options.memory_limit_bytes,
                                                     options.in_flight);
   }
-  check_alone_fits(batch, options, *costs.back());
+  BatchingCache local;
+  detail::VarlenMemoStore& memos = cache != nullptr ? cache->store() : local.store();
+  if (memos.batch != &batch || memos.cost_model != &cost_model) {
+    memos = detail::VarlenMemoStore{};
+    memos.batch = &batch;
+    memos.cost_model = &cost_model;
+  }
+  // Every sample fits alone (full recompute, one in flight: no rule or weight involved).
+  if (memos.alone_checked != std::pair{options.memory_limit_bytes, options.strategy}) {
+    check_alone_fits(batch, options, *costs.back());
+    memos.alone_checked = {options.memory_limit_bytes, options.strategy};
+  }
 
   const std::int64_t bucket_tokens =
       options.t5_bucket_tokens > 0
@@ -197,13 +211,6 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   if (varlen && options.varlen_order != VarlenOrder::Sorted) {
     orders.push_back(order_packed_rows(batch.samples, options.kind, options.max_seqlen,
                                        options.kind == ModelKind::T5 ? options.max_target_len + 1 : 0));
-  }
-  BatchingCache local;
-  detail::VarlenMemoStore& memos = cache != nullptr ? cache->store() : local.store();
-  if (memos.batch != &batch || memos.cost_model != &cost_model) {
-    memos.entries.clear();
-    memos.batch = &batch;
-    memos.cost_model = &cost_model;
   }
   auto run_one = [&](const std::vector<std::size_t>& order, detail::ShapeCosts& c,
                      detail::MemoryRule rule, double incumbent_ms) {
@@ -241,7 +248,7 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
       const bool dp_strategy = options.strategy == Strategy::DynaPipe ||
                                options.strategy == Strategy::DynaPipePadded;
       if (best && dp_strategy && options.dp == 1 && options.min_tmax_interval_ms == 0 &&
-          objective_lower_bound(batch, options, *costs[m]) >= incumbent) {
+          objective_lower_bound(batch, options, *costs[m], memos) >= incumbent) {
         continue;
       }
       if (std::optional<detail::Candidate> candidate = run(*costs[m], rule, incumbent)) {

@@ -6,12 +6,15 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "dynapipe/core/model_kind.h"
+#include "dynapipe/core/strategy.h"
 
 namespace dynapipe::detail {
 
@@ -34,6 +37,15 @@ struct VarlenMemoStore {
   const void* batch = nullptr;        // identity checks: a store serves one batch and
   const void* cost_model = nullptr;   // one cost model
   std::vector<std::unique_ptr<VarlenRows>> entries;
+  // Per recompute mode: the parts of the recompute lower bound (batching.cpp).
+  struct Bound {
+    bool valid = false;
+    double merged_ms = 0;   // every sample in one varlen micro-batch
+    double slowest_ms = 0;  // the slowest sample alone
+  };
+  std::array<Bound, 3> bounds{};
+  // The (memory limit, strategy) whose "every sample fits alone" check passed.
+  std::pair<std::int64_t, Strategy> alone_checked{-1, Strategy::DynaPipe};
 
   VarlenRows& rows_for(std::span<const std::size_t> sequence, Recompute recompute) {
     for (const auto& e : entries) {
