@@ -105,20 +105,41 @@ class PaddedScanner : public ScannerBase<PaddedScanner> {
 // Complexity: one cost evaluation (num_stages stage_cost() calls) per new segment.
 class VarlenScanner : public ScannerBase<VarlenScanner> {
  public:
+  // enc_cap / dec_cap > 0: segments of at most that many model tokens only.
   VarlenScanner(std::span<const Sample> samples, std::span<const std::size_t> seq,
                 ModelKind kind, std::int64_t seqlen_multiple, ShapeCosts& costs, MemoryRule rule,
-                VarlenRows& rows)
+                VarlenRows& rows, std::int64_t enc_cap, std::int64_t dec_cap)
       : costs_(costs), rule_(rule), kind_(kind), multiple_(seqlen_multiple),
-        stride_(2 * static_cast<std::size_t>(costs.num_stages())), rows_(rows) {
+        stride_(2 * static_cast<std::size_t>(costs.num_stages())), rows_(rows),
+        enc_cap_(enc_cap), dec_cap_(dec_cap) {
     lengths_.reserve(seq.size());
     for (std::size_t k : seq) lengths_.push_back(model_lengths(samples[k], kind));
     fit_.resize(seq.size());
+    if (enc_cap_ > 0) {  // per row: how many samples fit the capacities
+      cap_count_.resize(seq.size());
+      for (std::size_t i = 0, j = 0; i < lengths_.size(); ++i) {
+        j = std::max(j, i);
+        std::int64_t enc = 0, dec = 0;
+        for (std::size_t k = i; k < j; ++k) {
+          enc += lengths_[k].enc;
+          dec += lengths_[k].dec;
+        }
+        while (j < lengths_.size() && enc + lengths_[j].enc <= enc_cap_ &&
+               (dec_cap_ == 0 || dec + lengths_[j].dec <= dec_cap_)) {
+          enc += lengths_[j].enc;
+          dec += lengths_[j].dec;
+          ++j;
+        }
+        cap_count_[i] = static_cast<int>(std::max<std::size_t>(j - i, 1));
+      }
+    }
   }
 
   int size() const { return static_cast<int>(lengths_.size()); }
 
   template <typename Emit>
   void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
+    if (!cap_count_.empty()) max_count = std::min(max_count, cap_count_[static_cast<std::size_t>(i)]);
     const int end = static_cast<int>(std::min<std::int64_t>(size(), std::int64_t{i} + max_count));
     VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(i)];
     Fit& fit = fit_[static_cast<std::size_t>(i)];
@@ -171,6 +192,8 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   VarlenRows& rows_;
   std::vector<ModelLengths> lengths_;  // model lengths in sequence order
   std::vector<Fit> fit_;               // per row
+  std::int64_t enc_cap_ = 0, dec_cap_ = 0;
+  std::vector<int> cap_count_;         // per row, with capacities: samples that fit them
 };
 
 template <typename Scanner>
@@ -178,8 +201,10 @@ Scanner make_scanner(const StrategyInput& input, std::span<const std::size_t> se
                      ShapeCosts& costs, MemoryRule rule) {
   const BatchingOptions& o = input.options;
   if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
+    const bool capped = o.varlen_row_capacity;
     return VarlenScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule,
-                         input.memos->rows_for(seq, costs.recompute()));
+                         input.memos->rows_for(seq, costs.recompute()), capped ? o.max_seqlen : 0,
+                         capped && o.kind == ModelKind::T5 ? o.max_target_len + 1 : 0);
   } else {
     return PaddedScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule);
   }

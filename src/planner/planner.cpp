@@ -246,6 +246,12 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       plans.push_back(plans[k]);
       plans.back().first.varlen_order = VarlenOrder::PackedRows;
     }
+    // And packing-varlen's rows merged only within the row capacity: micro-batches of
+    // gradually falling size, which zb1p and 1F1B drain better than equal large ones.
+    for (std::size_t k = 0; k < rules; ++k) {
+      plans.push_back(plans[rules + k]);
+      plans.back().first.varlen_row_capacity = true;
+    }
   }
   auto attempt = [&](auto&& make) -> std::optional<Choice> {
     try {
@@ -262,7 +268,8 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       m.search(batch, plans.front().first, plans.front().second, true, &cache)};
   std::vector<std::size_t> best_of_order{0};  // per order: index into ranked
   for (std::size_t k = 1; k < plans.size(); ++k) {
-    const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order;
+    const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order ||
+                           plans[k].first.varlen_row_capacity != plans[k - 1].first.varlen_row_capacity;
     std::optional<Choice> c =
         attempt([&] { return m.search(batch, plans[k].first, plans[k].second, true, &cache); });
     if (!c) continue;

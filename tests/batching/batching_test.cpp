@@ -609,6 +609,10 @@ TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
     RandomCase c = random_case(seed);
     c.options.dp = 1;
     c.options.strategy = seed % 2 == 0 ? Strategy::DynaPipe : Strategy::DynaPipePadded;
+    // dynapipe within packing-varlen's row capacity in a quarter of its cases.
+    c.options.varlen_row_capacity = seed % 4 == 0;
+    const std::int64_t dec_capacity =
+        c.options.kind == ModelKind::T5 ? c.options.max_target_len + 1 : 0;
     const std::size_t cap = seed % 4 < 2 ? 12 : 10;  // 2^11 cut sets at most; keeps it short
     c.batch.samples.resize(std::min(c.batch.samples.size(), cap));
     const FakeCostModel model(c.params);
@@ -637,8 +641,20 @@ TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
           for (int begin = 0; begin < n && fits;) {
             int end = begin + 1;
             while (end < n && !(mask & (1u << (end - 1)))) ++end;
-            const MicroBatch mb = brute_force_microbatch(
-                c, std::vector<std::size_t>(order.begin() + begin, order.begin() + end));
+            const std::vector<std::size_t> members(order.begin() + begin, order.begin() + end);
+            if (c.options.varlen_row_capacity && members.size() > 1) {
+              std::int64_t enc = 0, dec = 0;
+              for (std::size_t k : members) {
+                const Sample& s = c.batch.samples[k];
+                enc += c.options.kind == ModelKind::Gpt ? s.input_len + s.target_len : s.input_len;
+                dec += c.options.kind == ModelKind::Gpt ? 0 : s.target_len + 1;
+              }
+              if (enc > c.options.max_seqlen || (dec_capacity > 0 && dec > dec_capacity)) {
+                fits = false;
+                break;
+              }
+            }
+            const MicroBatch mb = brute_force_microbatch(c, members);
             for (int s = 0; s < p && c.options.memory_limit_bytes > 0; ++s) {
               const StageCost cost = model.stage_cost(s, mb.shape, mb.density, rc);
               const std::int64_t k_s = one_in_flight              ? 1

@@ -70,6 +70,10 @@ struct BatchingOptions {
   double min_tmax_interval_ms = 0;
   ReplicaSplit replica_split = ReplicaSplit::Auto;  // dynapipe with dp > 1
   VarlenOrder varlen_order = VarlenOrder::Both;     // dynapipe
+  // dynapipe: > 0 limits a micro-batch to max_seqlen model tokens (T5: input tokens, and
+  // max_target_len + 1 decoder tokens), the row capacity of packing-varlen; the planner
+  // tries it as one more candidate (docs/batching.md). false (default): token count free.
+  bool varlen_row_capacity = false;
   // The schedule the micro-batches are planned for (docs/batching.md, "Schedule-aware
   // DP"). in_flight[s] = k_s, the micro-batches whose activations stage s holds at once
   // under that schedule (empty, the default: 1F1B's p − s); each entry >= 1, size p.
