@@ -327,7 +327,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
 }
 
 // The plan of one iteration: baselines search their one micro-batching; the DP strategies
-// rank theirs quickly and search the two best in full (every recompute mode, permuted
+// rank theirs quickly and search the three best in full (every recompute mode, permuted
 // orders), keeping the faster.
 Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   const Impl& m = *this;
@@ -335,7 +335,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   std::vector<Choice> ranked = rank_dp_plans(batch);
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Choice& a, const Choice& b) { return a.est_ms < b.est_ms; });
-  constexpr std::size_t kFullSearches = 2;
+  constexpr std::size_t kFullSearches = 3;
   std::optional<Choice> choice;
   for (std::size_t k = 0; k < std::min(kFullSearches, ranked.size()); ++k) {
     std::vector<std::vector<MicroBatch>> replicas;
