@@ -162,6 +162,10 @@ struct Planner::Impl {
                          ScheduleKind schedule, bool quick = false,
                          Recompute recompute = Recompute::None) const;
   Choice choose(const GlobalBatch& batch) const;
+  // make_search_candidates() for one recompute mode: only that mode's problems are costed.
+  std::vector<SearchCandidate> own_mode_candidates(ScheduleKind schedule,
+                                                   std::span<const MicroBatch> microbatches,
+                                                   Recompute recompute) const;
   std::vector<Choice> rank_dp_plans(const GlobalBatch& batch) const;
 };
 
@@ -174,6 +178,31 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
   choice.dp_recompute = batching.recompute;
   choice.batching = options;
   return choice;
+}
+
+std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
+    ScheduleKind schedule, std::span<const MicroBatch> microbatches, Recompute recompute) const {
+  const std::vector<ScheduleKind> kinds =
+      schedule == ScheduleKind::Auto ? schedule_kinds() : std::vector<ScheduleKind>{schedule};
+  std::vector<SearchCandidate> candidates;
+  std::optional<PipelineProblem> plain, interleaved;
+  for (ScheduleKind kind : kinds) {
+    if (make_schedule(kind)->needs_virtual_stages()) {
+      if (interleaved_cost == nullptr) continue;  // as make_search_candidates() under auto
+      if (!interleaved) {
+        interleaved = make_pipeline_problem(*interleaved_cost, microbatches, recompute,
+                                            {config.pp, kInterleavedChunks}, memory_limit_bytes);
+      }
+      candidates.push_back({kind, recompute, *interleaved});
+    } else {
+      if (!plain) {
+        plain = make_pipeline_problem(*cost, microbatches, recompute, {config.pp, 1},
+                                      memory_limit_bytes);
+      }
+      candidates.push_back({kind, recompute, *plain});
+    }
+  }
+  return candidates;
 }
 
 // The best schedule x recompute of every replica's micro-batches.
@@ -193,26 +222,29 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
                       " samples cannot feed --dp ", m.config.dp,
                       " replicas; raise --global-batch-tokens or lower --dp"));
     }
-    replica.candidates = make_search_candidates(schedule, *m.cost, m.interleaved_cost.get(),
-                                                replica.microbatches, m.config.pp, m.memory_limit_bytes);
     SearchOptions search_options;
     search_options.seed = m.config.seed;
+    auto all_candidates = [&] {
+      return make_search_candidates(schedule, *m.cost, m.interleaved_cost.get(),
+                                    replica.microbatches, m.config.pp, m.memory_limit_bytes);
+    };
     try {
       if (quick) {
-        // The batching's own recompute mode, as given; if that fits no schedule, a heavier
-        // mode may (the simulator's peaks are not the DP's memory rule): all of them.
-        std::vector<SearchCandidate> own = replica.candidates;
-        std::erase_if(own, [&](const SearchCandidate& c) { return c.recompute != recompute; });
+        // The batching's own recompute mode, as given, costed for that mode only; if that
+        // fits no schedule, a heavier mode may (the simulator's peaks are not the DP's
+        // memory rule): all of them.
         SearchOptions quick_options = search_options;
         quick_options.permute = false;
+        replica.candidates = m.own_mode_candidates(schedule, replica.microbatches, recompute);
         try {
-          replica.best = search_schedule(own, quick_options);
-          replica.candidates = std::move(own);
+          replica.best = search_schedule(replica.candidates, quick_options);
         } catch (const Error& e) {
           if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+          replica.candidates = all_candidates();
           replica.best = search_schedule(replica.candidates, quick_options);
         }
       } else {
+        replica.candidates = all_candidates();
         replica.best = search_schedule(replica.candidates, search_options);
       }
     } catch (const Error& e) {
