@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev                 # tests and bench/
   clang libclang-rt-14-dev                                   # fuzz targets (ctest label fuzz)
   python3-torch python3-pybind11 pybind11-dev                # reference checks, bindings
+  python3-dev python3-pytest                                 # the dynapipe Python module and its tests
 )
 
 missing=()

@@ -10,6 +10,7 @@
 #include "cli/flags.h"
 #include "cli/output_file.h"
 #include "cli/run_planner.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/plan/plan_json.h"
@@ -102,8 +103,8 @@ void run_plan(const PlanFlags& flags) {
     return;
   }
 
-  std::printf("dynapipe plan: %s, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s\n",
-              config.model.name.c_str(), config.pp, config.dp,
+  std::printf("dynapipe plan: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s\n",
+              config.model.name.c_str(), config.tp, config.pp, config.dp,
               static_cast<long long>(config.max_seqlen),
               static_cast<long long>(config.global_batch_tokens), config.cost_model.c_str());
   std::printf("%zu iterations planned; plan written to %s\n\n", plan.iterations.size(),
@@ -120,7 +121,11 @@ void run_plan(const PlanFlags& flags) {
       other.strategy = strategy;
       const std::string name(strategy_name(strategy));
       try {
-        runs.emplace_back(name, plan_batches(other, batches, name.c_str()));
+        // packing-megatron's global batches are rows-based; the others share token batches.
+        const bool own_batches =
+            (strategy == Strategy::PackingMegatron) != (config.strategy == Strategy::PackingMegatron);
+        runs.emplace_back(name, plan_batches(other, own_batches ? load_global_batches(other) : batches,
+                                             name.c_str()));
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible) throw;
         std::fprintf(stderr, "%s: infeasible: %s\n", name.c_str(), e.what());

@@ -7,6 +7,7 @@
 #include "cli/flags.h"
 #include "cli/output_file.h"
 #include "cli/run_planner.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
@@ -33,8 +34,8 @@ std::string memory_cell(const std::vector<std::int64_t>& bytes) {
 void run_simulate(const SimulateFlags& flags) {
   const PlanConfig base = to_plan_config(flags.common);
   const std::vector<GlobalBatch> batches = load_global_batches(base);
-  std::printf("dynapipe simulate: %s, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
-              base.model.name.c_str(), base.pp, base.dp, static_cast<long long>(base.max_seqlen),
+  std::printf("dynapipe simulate: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
+              base.model.name.c_str(), base.tp, base.pp, base.dp, static_cast<long long>(base.max_seqlen),
               static_cast<long long>(base.global_batch_tokens), base.cost_model.c_str(),
               batches.size());
   TextTable table({"strategy", "schedule", "est. iter ms", "tokens/s", "bubble", "peak GiB/stage",
@@ -57,14 +58,21 @@ void run_simulate(const SimulateFlags& flags) {
                       ", got \"", schedule, "\""));
     }
   }
+  std::vector<GlobalBatch> megatron_batches;  // packing-megatron's rows-based batches, when asked
   for (const std::string& strategy : strategies) {
+    const bool megatron = *parse_strategy(strategy) == Strategy::PackingMegatron;
+    if (megatron && megatron_batches.empty()) {
+      PlanConfig config = base;
+      config.strategy = Strategy::PackingMegatron;
+      megatron_batches = load_global_batches(config);
+    }
     for (const std::string& schedule : schedules) {
       PlanConfig config = base;
       config.strategy = *parse_strategy(strategy);
       config.schedule = *parse_schedule_kind(schedule);
       PlannedRun run;
       try {
-        run = plan_batches(config, batches, (strategy + "/" + schedule).c_str());
+        run = plan_batches(config, megatron ? megatron_batches : batches, (strategy + "/" + schedule).c_str());
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
         table.add_row({strategy, schedule, "-", "-", "-", "-", "-",

@@ -69,6 +69,8 @@ void setup_train(CLI::App& app) {
   // Training runs on this machine's CPUs: estimate with the CPU model unless told otherwise.
   args->common.cost_model = "analytic:cpu";
   add_common_flags(*cmd, args->common, SamplesFlag::Data);
+  cmd->add_option("--device", o.device, "cpu, or cuda[:N] (needs a LibTorch with CUDA and NCCL)")
+      ->capture_default_str();
   cmd->add_option("--steps", o.steps, "Optimizer steps (global batches; the data cycles)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   cmd->add_option("--metrics", o.metrics_path, "Write one JSON object per step to this JSONL file");
@@ -106,6 +108,12 @@ void setup_train(CLI::App& app) {
   cmd->callback([args] {
     auto& options = args->options;
     options.plan = to_plan_config(args->common);
+    if (options.plan.tp > 1) {
+      // The runtime's stage models hold whole layers; nothing splits a layer over devices.
+      throw Error(ErrorKind::Unsupported,
+                  cat("dynapipe train: --tp must be 1 (this runtime has no tensor-parallel layers; "
+                      "plan or simulate tp > 1 instead), got ", options.plan.tp));
+    }
     options.plan_store_password = plan_store_password(args->password_file);
     options.progress = !args->no_progress;
     options.worker_command = own_command_line();

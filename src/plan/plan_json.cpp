@@ -55,8 +55,10 @@ Json config_to_json(const PlanConfig& c) {
   j["strategy"] = strategy_name(c.strategy);
   j["schedule"] = schedule_kind_name(c.schedule);
   j["cost_model"] = c.cost_model;
+  if (c.tp != 1) j["tp"] = c.tp;  // absent = 1 (plans from before tensor parallelism)
   j["pp"] = c.pp;
   j["dp"] = c.dp;
+  j["zero"] = c.zero;
   j["chunks"] = c.chunks;
   j["max_seqlen"] = c.max_seqlen;
   j["max_target_len"] = c.max_target_len;
@@ -65,6 +67,8 @@ Json config_to_json(const PlanConfig& c) {
   j["seqlen_multiple"] = c.seqlen_multiple;
   j["seed"] = c.seed;
   j["iterations"] = c.iterations;
+  if (c.micro_batch_size != 0) j["micro_batch_size"] = c.micro_batch_size;
+  if (c.recompute) j["recompute"] = recompute_name(*c.recompute);
   return j;
 }
 
@@ -328,8 +332,10 @@ PlanConfig config_from(const Node& n) {
   c.strategy = strategy_from(n["strategy"]);
   c.schedule = schedule_from(n["schedule"], /*allow_auto=*/true);
   c.cost_model = n["cost_model"].string();
+  if (n.has("tp")) c.tp = n["tp"].int32(1);
   c.pp = n["pp"].int32(1);
   c.dp = n["dp"].int32(1);
+  c.zero = n.has("zero") ? n["zero"].int32(0, 1) : 0;  // added after format v1: optional
   c.chunks = n["chunks"].int32(1);
   c.max_seqlen = n["max_seqlen"].int64(0);
   c.max_target_len = n["max_target_len"].int64(0);
@@ -338,6 +344,13 @@ PlanConfig config_from(const Node& n) {
   c.seqlen_multiple = n["seqlen_multiple"].int32(1);
   c.seed = n["seed"].uint64();
   c.iterations = n["iterations"].int64(0);
+  if (n.has("micro_batch_size")) c.micro_batch_size = n["micro_batch_size"].int64(0);
+  if (n.has("recompute")) {
+    const Node recompute = n["recompute"];
+    const auto mode = parse_recompute(recompute.string());
+    if (!mode) recompute.fail("one of \"none\", \"selective\", \"full\"");
+    c.recompute = *mode;
+  }
   return c;
 }
 

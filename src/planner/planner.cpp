@@ -23,8 +23,17 @@ constexpr int kInterleavedChunks = 2;
 
 void validate_config(const PlanConfig& config) {
   config.model.validate();
+  if (config.tp < 1) throw Error(ErrorKind::InvalidArgument, cat("--tp must be >= 1, got ", config.tp));
+  check_tensor_parallel(config.model, config.tp);
+  if (config.micro_batch_size < 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--micro-batch-size must be >= 0, got ", config.micro_batch_size));
+  }
   if (config.pp < 1) throw Error(ErrorKind::InvalidArgument, cat("--pp must be >= 1, got ", config.pp));
   if (config.dp < 1) throw Error(ErrorKind::InvalidArgument, cat("--dp must be >= 1, got ", config.dp));
+  if (config.zero != 0 && config.zero != 1) {
+    throw Error(ErrorKind::InvalidArgument, cat("--zero must be 0 or 1, got ", config.zero));
+  }
   if (config.pp > config.model.total_layers()) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--pp must be at most the model's ", config.model.total_layers(),
@@ -149,7 +158,9 @@ struct Planner::Impl {
   std::int64_t memory_limit_bytes = 0;
   std::int64_t max_static_bytes = 0;  // the largest stage's parameters, grads, optimizer
   BatchingOptions batching;           // the first DP target's rule (or a baseline's)
-  ScheduleKind first_schedule = ScheduleKind::Auto;  // searched on `batching`'s result
+  // The schedule searched on `batching`'s result: config.schedule, except
+  // packing-megatron's "auto", which is 1F1B (the baseline's own schedule).
+  ScheduleKind schedule = ScheduleKind::Auto;
   std::vector<DpTarget> more_targets; // DP strategies: further schedules planned for
 
   // quick: only the batching's recompute mode and no micro-batch permutations, to rank
@@ -225,8 +236,16 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     SearchOptions search_options;
     search_options.seed = m.config.seed;
     auto all_candidates = [&] {
-      return make_search_candidates(schedule, *m.cost, m.interleaved_cost.get(),
-                                    replica.microbatches, m.config.pp, m.memory_limit_bytes);
+      std::vector<SearchCandidate> candidates =
+          make_search_candidates(schedule, *m.cost, m.interleaved_cost.get(),
+                                 replica.microbatches, m.config.pp, m.memory_limit_bytes);
+      if (m.batching.recompute) {
+        // One mode for the whole run (--recompute): the search keeps the batching's.
+        std::erase_if(candidates, [&](const SearchCandidate& c) {
+          return c.recompute != *m.batching.recompute;
+        });
+      }
+      return candidates;
     };
     try {
       if (quick) {
@@ -261,7 +280,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
 // with a head and a tail, and a line search on the bubble weight of the best.
 std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const {
   const Impl& m = *this;
-  std::vector<std::pair<BatchingOptions, ScheduleKind>> plans{{m.batching, m.first_schedule}};
+  std::vector<std::pair<BatchingOptions, ScheduleKind>> plans{{m.batching, m.schedule}};
   for (const DpTarget& target : m.more_targets) {
     BatchingOptions planned_for = m.batching;
     planned_for.in_flight = target.in_flight;
@@ -363,7 +382,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
 // orders), keeping the faster.
 Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   const Impl& m = *this;
-  if (!is_dp_strategy(m.batching.strategy)) return m.search(batch, m.batching, m.first_schedule);
+  if (!is_dp_strategy(m.batching.strategy)) return m.search(batch, m.batching, m.schedule);
   std::vector<Choice> ranked = rank_dp_plans(batch);
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const Choice& a, const Choice& b) { return a.est_ms < b.est_ms; });
@@ -386,7 +405,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
         m.max_static_bytes +
         static_cast<std::int64_t>(share * static_cast<double>(m.memory_limit_bytes - m.max_static_bytes));
     try {
-      Choice other = m.search(batch, tighter, m.first_schedule);
+      Choice other = m.search(batch, tighter, m.schedule);
       if (other.est_ms < choice->est_ms) choice = std::move(other);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::Infeasible) throw;  // a sample alone no longer fits: skip
@@ -407,9 +426,15 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   Impl& m = *impl_;
   m.config = config;
   m.options = options;
+  m.schedule = config.schedule;
+  if (config.strategy == Strategy::PackingMegatron && config.schedule == ScheduleKind::Auto) {
+    m.schedule = ScheduleKind::OneFOneB;
+  }
   CostModelOptions cost_options;
   cost_options.num_stages = config.pp;
+  cost_options.tp = config.tp;
   cost_options.seqlen_multiple = config.seqlen_multiple;
+  cost_options.zero_shards = config.zero == 1 ? config.dp : 1;
   m.base_cost = make_cost_model(config.cost_model, config.model, cost_options);
   m.cost = options.calibration ? make_calibrated_cost_model(m.base_cost, options.calibration)
                                : m.base_cost;
@@ -417,8 +442,8 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   const bool interleaving_possible =
       config.pp > 1 && config.model.total_layers() >= config.pp * kInterleavedChunks;
   const bool wants_interleaved =
-      config.schedule == ScheduleKind::Interleaved ||
-      (config.schedule == ScheduleKind::Auto && !options.fixed_layout);
+      m.schedule == ScheduleKind::Interleaved ||
+      (m.schedule == ScheduleKind::Auto && !options.fixed_layout);
   if (config.schedule == ScheduleKind::Interleaved && !interleaving_possible) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--schedule interleaved needs --pp >= 2 and at least ", kInterleavedChunks,
@@ -458,11 +483,12 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   b.max_seqlen = config.max_seqlen;
   b.max_target_len = config.max_target_len > 0 ? config.max_target_len : config.max_seqlen;
   b.seqlen_multiple = config.seqlen_multiple;
+  b.fixed_batch = config.micro_batch_size;
+  b.recompute = config.recompute;
   b.validate();
 
   // DP strategies plan their cuts for the schedule: one DP per schedule family, each
   // searched with that schedule (the 1F1B rule with every schedule under auto).
-  m.first_schedule = config.schedule;
   if (is_dp_strategy(b.strategy) && options.schedule_aware_dp && config.pp > 1) {
     const DpTarget zb{ScheduleKind::Zb1p, std::vector<int>(static_cast<std::size_t>(config.pp), config.pp),
                       zero_bubble_weight(*m.cost, b)};

@@ -55,7 +55,7 @@ TEST(StrategyTest, NamesRoundTrip) {
     ASSERT_TRUE(parsed.has_value()) << name;
     EXPECT_EQ(strategy_name(*parsed), name);
   }
-  EXPECT_EQ(strategy_names().size(), 6u);
+  EXPECT_EQ(strategy_names().size(), 7u);
   EXPECT_EQ(strategy_names().front(), "dynapipe");  // the default comes first
   EXPECT_EQ(parse_strategy("dynapipe-padded"), Strategy::DynaPipePadded);
   EXPECT_EQ(strategy_name(Strategy::PackingVarlen), "packing-varlen");

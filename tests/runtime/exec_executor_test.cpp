@@ -242,5 +242,38 @@ TEST(ExecutorTest, SingleStageRunsWithoutCommunication) {
   expect_near(grads_of(*ranks[0].stage), ref.grads(0));
 }
 
+// ZeRO-1: each replica's AdamW holds only the parameters it owns, together every one once.
+TEST(ExecutorTest, ZeroShardsTheOptimizerOverTheReplicas) {
+  auto pipe = make_local_communicators(2);
+  auto dp = make_local_communicators(2);
+  std::size_t total = 0, held = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto stage = std::make_shared<FakeStage>(0, 1);
+    total = stage->parameters().size();
+    for (bool zero : {false, true}) {
+      Executor executor({.rank = rank, .ranks = {.pp = 1, .dp = 2}, .num_stages = 1, .zero = zero},
+                        {{0, stage}}, *pipe[rank], dp[rank].get(), fake_collate);
+      std::size_t params = 0;
+      for (const auto& group : executor.optimizer().param_groups()) params += group.params().size();
+      if (zero) {
+        held += params;
+        EXPECT_LT(params, total) << "rank " << rank;
+      } else {
+        EXPECT_EQ(params, total);
+      }
+    }
+  }
+  EXPECT_EQ(held, total);
+  ASSERT_GE(total, 2u);
+}
+
+TEST(ExecutorTest, ZeroOwnersBalanceElementsDeterministically) {
+  // Largest first to the lightest replica: 100 -> 0, 60 -> 1, 50 -> 1, 10 -> 0, 5 -> 0.
+  EXPECT_EQ(zero_owner({10, 100, 50, 60, 5}, 2), (std::vector<int>{0, 0, 1, 1, 0}));
+  EXPECT_EQ(zero_owner({7, 7, 7}, 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(zero_owner({4, 4}, 1), (std::vector<int>{0, 0}));
+  EXPECT_EQ(zero_owner({}, 2), std::vector<int>{});
+}
+
 }  // namespace
 }  // namespace dynapipe::runtime

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "dynapipe/core/strategy.h"
@@ -63,8 +64,12 @@ struct BatchingOptions {
   // token-based: padded tokens (batch × (seqlen + dec_seqlen)) per micro-batch, >= 0.
   // 0 (default) = try 512, 1024, ..., 65536 and keep the best objective.
   std::int64_t token_budget = 0;
-  // padding and packing: rows per micro-batch, >= 0. 0 (default) = largest that fits.
+  // padding, packing and packing-megatron: rows per micro-batch, >= 0. 0 (default) =
+  // largest that fits.
   std::int64_t fixed_batch = 0;
+  // One recompute mode for every micro-batch (packing-megatron runs a whole training run
+  // in one mode). Default: none set = try none, selective, full and keep the best.
+  std::optional<Recompute> recompute = std::nullopt;
   // dynapipe: 0 (default) = exact DP. > 0 reproduces the reference's 5 ms-style thinning
   // of max-time thresholds (PartitionOptions::min_tmax_interval_ms).
   double min_tmax_interval_ms = 0;

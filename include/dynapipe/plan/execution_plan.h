@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,10 @@ struct PlanConfig {
   Strategy strategy = Strategy::DynaPipe;
   ScheduleKind schedule = ScheduleKind::Auto;
   std::string cost_model = "analytic:a100-40g";
+  int tp = 1;  // tensor-parallel devices per stage; world size = tp * pp * dp
   int pp = 1;
   int dp = 1;
+  int zero = 0;    // ZeRO stage: 0 (off) or 1 (AdamW states sharded over the dp replicas)
   int chunks = 1;  // virtual stages per device chosen for interleaved schedules
   std::int64_t max_seqlen = 0;
   std::int64_t max_target_len = 0;
@@ -35,6 +38,8 @@ struct PlanConfig {
   int seqlen_multiple = 8;
   std::uint64_t seed = 0;
   std::int64_t iterations = 0;  // 0 = all
+  std::int64_t micro_batch_size = 0;  // rows per micro-batch where the strategy fixes it; 0 = its choice
+  std::optional<Recompute> recompute = std::nullopt;  // one mode for every micro-batch; unset = the planner picks
   friend bool operator==(const PlanConfig&, const PlanConfig&) = default;
 };
 

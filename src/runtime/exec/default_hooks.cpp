@@ -21,7 +21,8 @@ AttentionMode attention_mode(Strategy strategy) {
   switch (strategy) {
     case Strategy::DynaPipe:  // one block-diagonal row per micro-batch
     case Strategy::PackingVarlen: return AttentionMode::Varlen;
-    case Strategy::Packing: return AttentionMode::Packed;
+    case Strategy::Packing:
+    case Strategy::PackingMegatron: return AttentionMode::Packed;  // rows of several samples
     case Strategy::Padding:
     case Strategy::TokenBased:
     case Strategy::DynaPipePadded: return AttentionMode::Padded;

@@ -43,7 +43,16 @@ struct ExecutorConfig {
   Millis comm_timeout{30000};  // bound on every *Finish / ReduceGrads wait. Default 30 s.
   double lr = 3e-4;            // AdamW learning rate
   double weight_decay = 0.0;   // AdamW weight decay
+  // ZeRO stage 1: the AdamW states of this device's parameters are sharded over its dp
+  // replicas. Each replica steps only the parameters it owns (zero_owner()), then every
+  // parameter is synchronised from its owner. Same math as without it, 1/dp of the states.
+  bool zero = false;
 };
+
+// Which of `dp` replicas owns each parameter under ZeRO-1: greedy by size, largest first,
+// to the replica holding the fewest elements so far (ties: the lower index). Deterministic,
+// so every replica computes the same split.
+std::vector<int> zero_owner(const std::vector<std::int64_t>& numels, int dp);
 
 // What one run() measured. Times are wall-clock milliseconds.
 struct IterationResult {

@@ -1,6 +1,8 @@
 // run_training (launch or join), one rank's process setup, the training loop, checkpoints.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <c10/core/Device.h>
+#include <torch/cuda.h>
 #include <torch/serialize.h>
 #include <unistd.h>
 
@@ -267,7 +269,8 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
     for (int s = device; s < hooks.num_stages; s += c.ranks.pp) stages[s] = hooks.make_stage(s);
     ExecutorConfig config{.rank = c.rank, .ranks = c.ranks,
                           .num_stages = hooks.num_stages, .comm_timeout = comm_timeout,
-                          .lr = options.lr, .weight_decay = options.weight_decay};
+                          .lr = options.lr, .weight_decay = options.weight_decay,
+                          .zero = options.plan.zero == 1};
     Executor executor(config, stages, *c.pipe, c.dp_group, hooks.collate);
 
     CheckpointMeta progress_so_far;
@@ -351,6 +354,32 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
 
 // ---------------------------------------------------------------- processes
 
+namespace {
+
+// The runtime computes on the CPU and communicates with Gloo. A CUDA device needs a
+// LibTorch with CUDA and c10d's NCCL: say so plainly instead of failing later.
+void check_device(const std::string& device) {
+  std::optional<c10::Device> parsed;
+  try {
+    parsed.emplace(device);
+  } catch (const std::exception&) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--device must be cpu or cuda[:N], got \"", device, "\""));
+  }
+  if (parsed->is_cpu()) return;
+  if (!parsed->is_cuda()) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--device must be cpu or cuda[:N], got \"", device, "\""));
+  }
+  throw Error(ErrorKind::Unsupported,
+              cat("--device ", device, ": ",
+                  torch::cuda::is_available()
+                      ? "this runtime has no NCCL communicator yet; use --device cpu"
+                      : "this LibTorch build has no CUDA (CPU-only); use --device cpu"));
+}
+
+}  // namespace
+
 void TrainOptions::validate() const {
   auto bad = [](const std::string& flag, const std::string& expected, const auto& got) {
     throw Error(ErrorKind::InvalidArgument, cat(flag, " must be ", expected, ", got ", got));
@@ -368,6 +397,7 @@ void TrainOptions::validate() const {
   if (resume && checkpoint_dir.empty()) bad("--resume", "used with --checkpoint-dir", "none");
   if (plan.pp < 1) bad("--pp", ">= 1", plan.pp);
   if (plan.dp < 1) bad("--dp", ">= 1", plan.dp);
+  check_device(device);
 }
 
 namespace {
