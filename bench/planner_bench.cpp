@@ -4,7 +4,8 @@
 //
 //   build/bench/planner_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
-// Names: <part>/<model>/pp<p>/seq<max seqlen>/tok<global batch tokens>/<memory GiB>G.
+// Names: <part>/<model>/pp<p>/seq<max seqlen>/tok<global batch tokens>/<memory GiB>G
+// [/short<L>: only samples of at most L tokens, ~500 per batch].
 // <part>: plan = everything; plan_noverify = PlannerOptions::verify off; batching =
 // make_microbatches() alone with the planner's options (the DP's share).
 // Each benchmark iteration plans the next of the dataset's first kBatches global batches,
@@ -42,6 +43,9 @@ struct Setting {
   std::int64_t tokens;
   double memory_gib;
   std::string cost_model;
+  // > 0: only samples of at most this many tokens (input + target), a batch of many short
+  // samples (~500 per 65,536 tokens at 256); 0: every sample.
+  std::int64_t short_only = 0;
 };
 
 PlanConfig config_of(const Setting& s) {
@@ -57,16 +61,19 @@ PlanConfig config_of(const Setting& s) {
   return config;
 }
 
-std::vector<GlobalBatch> batches_of(const PlanConfig& config) {
+std::vector<GlobalBatch> batches_of(const PlanConfig& config, std::int64_t short_only) {
   const TruncationLimits limits = truncation_limits(config);
   const Dataset data = Dataset::load(config.samples_path, limits);
-  return form_global_batches(data.samples(), data.truncated_ids(), config.global_batch_tokens,
-                             kBatches);
+  std::vector<Sample> samples;
+  for (const Sample& s : data.samples()) {
+    if (short_only == 0 || std::int64_t{s.input_len} + s.target_len <= short_only) samples.push_back(s);
+  }
+  return form_global_batches(samples, data.truncated_ids(), config.global_batch_tokens, kBatches);
 }
 
 void run(benchmark::State& state, const Setting& setting, Part part) {
   const PlanConfig config = config_of(setting);
-  const std::vector<GlobalBatch> batches = batches_of(config);
+  const std::vector<GlobalBatch> batches = batches_of(config, setting.short_only);
   PlannerOptions options;
   options.verify = part != Part::PlanNoVerify;
   const Planner planner(config, options);
@@ -112,7 +119,8 @@ void add(const Setting& s, Part part) {
   const std::string name = std::string(kParts[static_cast<int>(part)]) + "/" + s.model + "/pp" +
                            std::to_string(s.pp) + "/seq" + std::to_string(s.max_seqlen) + "/tok" +
                            std::to_string(s.tokens) + "/" +
-                           std::to_string(static_cast<int>(s.memory_gib)) + "G";
+                           std::to_string(static_cast<int>(s.memory_gib)) + "G" +
+                           (s.short_only > 0 ? "/short" + std::to_string(s.short_only) : "");
   benchmark::RegisterBenchmark(name.c_str(), [s, part](benchmark::State& st) { run(st, s, part); })
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
@@ -129,6 +137,12 @@ void register_all() {
   // T5-11B's static memory alone exceeds 40 GiB on a stage at pp 4; pp 8 fits.
   const Setting t5{"t5-11b", 8, 2048, 65536, 40, "analytic:a100-40g"};
   for (Part part : {Part::Plan, Part::PlanNoVerify, Part::Batching}) add(t5, part);
+  // Many short samples (~500 per batch): the varlen DP's widest segment windows.
+  for (const Setting& base : {gpt, t5}) {
+    Setting s = base;
+    s.short_only = 256;
+    for (Part part : {Part::Plan, Part::Batching}) add(s, part);
+  }
 }
 
 }  // namespace

@@ -136,7 +136,7 @@ report() {
   echo "wrote $OUT/$FAMILY.md and $OUT/$FAMILY.svg" >&2
 }
 
-ALL_STRATEGIES="packing dynapipe packing-varlen token-based padding"
+ALL_STRATEGIES="packing dynapipe packing-varlen token-based padding dynapipe-padded"
 
 # Families 1 and 3 share their points: every strategy at each max seqlen of the mode.
 # Sets seqlens and tokens for the caller's report.

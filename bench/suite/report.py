@@ -2,7 +2,7 @@
 
 Records are grouped by --group keys (one table and one chart panel each); rows are the
 distinct --x values, columns the --series values, cells the --y field. A failed point
-shows as "infeasible" and its error line is listed under the table. --ratio A/B adds a
+shows as "infeasible" and its error line is listed under the table. --ratio A/B (repeatable) adds a
 column y(A) / y(B) per row. Every command that produced a record is listed at the end.
 """
 import argparse
@@ -34,7 +34,8 @@ def main():
     ap.add_argument("--ylabel", required=True)
     ap.add_argument("--fmt", default=".0f", help="format spec of the cells")
     ap.add_argument("--group", default="model", help="comma list of record keys")
-    ap.add_argument("--ratio", help="A/B: add a column y(A) / y(B)")
+    ap.add_argument("--ratio", action="append", default=[],
+                    help="A/B: add a column y(A) / y(B); repeatable")
     ap.add_argument("--chart", choices=["line", "bar"], default="line")
     ap.add_argument("--log-x", action="store_true")
     ap.add_argument("--note", action="append", default=[], help="a line under the title")
@@ -60,7 +61,7 @@ def main():
         cell = {(r[a.x], r[a.series]): r for r in rs}
         name = " ".join(gkey)
         md += ["", f"## {name}", ""]
-        head = [a.x, "setting"] + [label[sy] for sy in series] + ([a.ratio.replace("/", " ÷ ")] if a.ratio else [])
+        head = [a.x, "setting"] + [label[sy] for sy in series] + [r.replace("/", " ÷ ") for r in a.ratio]
         md.append("| " + " | ".join(head) + " |")
         md.append("|" + "---|" * 2 + "---:|" * (len(head) - 2))
         errors = []
@@ -81,8 +82,8 @@ def main():
                     cells.append("infeasible")
                 else:
                     cells.append(fmt(v, a.fmt))
-            if a.ratio:
-                num, den = a.ratio.split("/")
+            for ratio in a.ratio:
+                num, den = ratio.split("/")
                 vn, vd = (ys[num][-1] if num in ys else None), (ys[den][-1] if den in ys else None)
                 cells.append(f"{vn / vd:.2f}x" if vn is not None and vd else "—")
             md.append(f"| {x} | {setting} | " + " | ".join(cells) + " |")

@@ -23,5 +23,6 @@ fi
 [ "$MODE" = measured ] && dev="" || dev=",device"
 report --title "Throughput vs max seqlen ($tokens tokens per global batch)" \
   --x max_seqlen --xlabel "max sequence length" --y tokens_per_s --ylabel "real tokens/s" \
-  --group "model$dev" --ratio dynapipe/packing --log-x \
+  --group "model$dev" --ratio dynapipe/packing --ratio dynapipe/packing-varlen \
+  --ratio dynapipe/token-based --ratio dynapipe/dynapipe-padded --log-x \
   --note "tokens/s counts real (unpadded) tokens; simulated = the plan's estimate, measured = median of steps after the first."

@@ -35,8 +35,9 @@ def test_every_sample_in_exactly_one_microbatch(planner):
     lens = {10 * i: INPUTS[i] + TARGETS[i] for i in range(len(INPUTS))}
     for mb in plan.microbatches:
         batch, seqlen = mb.shape
-        assert batch == len(mb.sample_ids)
-        assert seqlen >= max(lens[i] for i in mb.sample_ids) and seqlen % 8 == 0
+        # dynapipe (the default) cuts varlen micro-batches: one row of all their samples.
+        assert batch == 1
+        assert seqlen >= sum(lens[i] for i in mb.sample_ids) and seqlen % 8 == 0
         assert mb.real_tokens == sum(lens[i] for i in mb.sample_ids)
         assert len(mb.est_fwd_ms) == len(mb.est_bwd_ms) == 4
     computed = sum(mb.shape[0] * mb.shape[1] for mb in plan.microbatches)
@@ -92,7 +93,7 @@ def test_gpt_without_targets_plans_whole_sequences():
     plan = planner.plan([100, 2000, 300])
     assert plan.truncated_ids == [1]
     mb_of = {i: mb for mb in plan.microbatches for i in mb.sample_ids}
-    assert mb_of[1].shape[1] == 1024
+    assert mb_of[1].shape[1] >= 1024  # one varlen row: it may share it with the others
     assert sum(mb.real_tokens for mb in plan.microbatches) == 100 + 1024 + 300
     assert sum(mb.target_tokens for mb in plan.microbatches) == 0
 

@@ -86,7 +86,9 @@ def run_stage(module, stage, stages, x, loaded, total):
 
 
 def planner(schedule):
-    return dynapipe.Planner(model="gpt-tiny", pp=PP, dp=DP, cost_model="analytic:cpu", schedule=schedule)
+    # dynapipe.torch builds padded tensors per micro-batch: the padded DP's micro-batches.
+    return dynapipe.Planner(model="gpt-tiny", pp=PP, dp=DP, cost_model="analytic:cpu", schedule=schedule,
+                            strategy="dynapipe-padded")
 
 
 def worker(rank, port, queue):

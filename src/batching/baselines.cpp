@@ -55,16 +55,10 @@ std::optional<Candidate> finish(std::vector<std::vector<MicroBatch>> replicas, S
                                 MemoryRule rule, const BatchingOptions& options,
                                 double incumbent_ms) {
   const std::optional<double> objective =
-      replicas_objective(replicas, costs, rule, options.num_stages);
+      replicas_objective(replicas, costs, rule, options);
   if (!objective || !(*objective < incumbent_ms)) return std::nullopt;
   return Candidate{std::move(replicas), *objective};
 }
-
-struct PackedRow {
-  std::int64_t enc = 0;  // Σ enc lengths of its samples
-  std::int64_t dec = 0;  // Σ dec lengths (T5: target + 1 each)
-  std::vector<std::size_t> members;
-};
 
 // First-fit in the given order: each sample goes to the first row with room in both
 // dimensions. Complexity: O(n · rows).
@@ -82,36 +76,6 @@ std::vector<PackedRow> pack_first_fit(std::span<const Sample> samples,
     it->enc += lengths.enc;
     it->dec += lengths.dec;
     it->members.push_back(k);
-  }
-  return rows;
-}
-
-// Best-fit decreasing: samples by (enc, dec) descending, each into the fitting row with
-// the least room left (enc first, then dec; ties: the older row). O(n log n + n · rows).
-std::vector<PackedRow> pack_best_fit_decreasing(std::span<const Sample> samples,
-                                                std::span<const std::size_t> members,
-                                                ModelKind kind, std::int64_t enc_capacity,
-                                                std::int64_t dec_capacity) {
-  std::vector<std::size_t> sorted(members.begin(), members.end());
-  std::stable_sort(sorted.begin(), sorted.end(), [&](std::size_t a, std::size_t b) {
-    const ModelLengths la = model_lengths(samples[a], kind), lb = model_lengths(samples[b], kind);
-    if (la.enc != lb.enc) return la.enc > lb.enc;
-    return la.dec > lb.dec;
-  });
-  std::vector<PackedRow> rows;
-  for (std::size_t k : sorted) {
-    const ModelLengths lengths = model_lengths(samples[k], kind);
-    PackedRow* best = nullptr;
-    for (PackedRow& row : rows) {
-      if (row.enc + lengths.enc > enc_capacity || row.dec + lengths.dec > dec_capacity) continue;
-      if (best == nullptr || row.enc > best->enc || (row.enc == best->enc && row.dec > best->dec)) {
-        best = &row;
-      }
-    }
-    if (best == nullptr) best = &rows.emplace_back();
-    best->enc += lengths.enc;
-    best->dec += lengths.dec;
-    best->members.push_back(k);
   }
   return rows;
 }
@@ -140,15 +104,9 @@ MicroBatch make_packed_microbatch(std::span<const Sample> samples,
                       .seqlen = round_up(enc, options.seqlen_multiple),
                       .dec_seqlen = round_up(dec, options.seqlen_multiple)};
   if (varlen) {
-    auto density = [&](double square_sum, std::int64_t seqlen) {
-      return seqlen == 0 ? 1.0
-                         : square_sum / (static_cast<double>(rows.size()) *
-                                         static_cast<double>(seqlen) * static_cast<double>(seqlen));
-    };
-    microbatch.density.enc = density(enc_square_sum, microbatch.shape.seqlen);
-    if (options.kind == ModelKind::T5) {
-      microbatch.density.dec = density(dec_square_sum, microbatch.shape.dec_seqlen);
-    }
+    microbatch.density = varlen_density(enc_square_sum, dec_square_sum,
+                                        static_cast<std::int64_t>(rows.size()), microbatch.shape,
+                                        options.kind);
   }
   return microbatch;
 }

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "costing.h"
+#include "varlen_memo.h"
 #include "dynapipe/batching/ordering.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
@@ -83,9 +84,8 @@ void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
   const std::vector<Sample>& samples = batch.samples;
   for (std::size_t k = 0; k < samples.size(); ++k) {
     const std::size_t members[1] = {k};
-    const MicroBatch alone =
-        detail::make_padded_microbatch(samples, members, options.kind, options.seqlen_multiple);
-    const detail::ShapeCost& cost = full.get(alone.shape);
+    const MicroBatch alone = detail::make_microbatch(samples, members, options);
+    const detail::ShapeCost cost = detail::cost_of(full, alone);
     if (!cost.fits_one) {
       throw Error(ErrorKind::Infeasible,
                   cat("make_microbatches: memory of sample ", samples[k].id, " alone (input_len ",
@@ -96,6 +96,31 @@ void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
                       " even with full recompute and one micro-batch in flight"));
     }
   }
+}
+
+// A lower bound of the DP objective under one recompute mode, for one replica: every
+// sample in one varlen micro-batch bounds Σ t from below (costs are subadditive: a merged
+// micro-batch pays the fixed overheads once, runs larger matmuls and pads no more than
+// its parts, and a padded segment costs no less than the same samples in one varlen row),
+// and no micro-batch is faster than its slowest sample alone. Memory is ignored.
+double objective_lower_bound(const GlobalBatch& batch, const BatchingOptions& options,
+                             detail::ShapeCosts& costs, detail::VarlenMemoStore& memos) {
+  const double slope = options.bubble_weight * (options.num_stages - 1);
+  detail::VarlenMemoStore::Bound& known = memos.bounds[static_cast<std::size_t>(costs.recompute())];
+  if (known.valid) return known.merged_ms + slope * known.slowest_ms;
+  std::vector<std::size_t> all(batch.samples.size());
+  double slowest = 0;
+  for (std::size_t k = 0; k < all.size(); ++k) {
+    all[k] = k;
+    const std::size_t one[1] = {k};
+    const MicroBatch alone =
+        detail::make_varlen_microbatch(batch.samples, one, options.kind, options.seqlen_multiple);
+    slowest = std::max(slowest, detail::cost_of(costs, alone).time_ms);
+  }
+  const MicroBatch merged =
+      detail::make_varlen_microbatch(batch.samples, all, options.kind, options.seqlen_multiple);
+  known = {.valid = true, .merged_ms = detail::cost_of(costs, merged).time_ms, .slowest_ms = slowest};
+  return known.merged_ms + slope * known.slowest_ms;
 }
 
 }  // namespace
@@ -118,10 +143,23 @@ void BatchingOptions::validate() const {
     fail(cat("min_tmax_interval_ms must be >= 0, got ", min_tmax_interval_ms));
   }
   if (t5_bucket_tokens < 0) fail(cat("t5_bucket_tokens must be >= 0, got ", t5_bucket_tokens));
+  if (!in_flight.empty() && in_flight.size() != static_cast<std::size_t>(num_stages)) {
+    fail(cat("in_flight must be empty or hold num_stages ", num_stages, " entries, got ",
+             in_flight.size()));
+  }
+  for (int k : in_flight) {
+    if (k < 1) fail(cat("in_flight entries must be >= 1, got ", k));
+  }
+  if (!(bubble_weight > 0)) fail(cat("bubble_weight must be > 0, got ", bubble_weight));
 }
 
+struct BatchingCache::Store : detail::VarlenMemoStore {};
+
+BatchingCache::BatchingCache() : store_(std::make_unique<Store>()) {}
+BatchingCache::~BatchingCache() = default;
+
 BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost_model,
-                                 const BatchingOptions& options) {
+                                 const BatchingOptions& options, BatchingCache* cache) {
   options.validate();
   if (cost_model.num_stages() != options.num_stages) {
     throw Error(ErrorKind::InvalidArgument,
@@ -142,20 +180,45 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   std::array<std::unique_ptr<detail::ShapeCosts>, kRecomputeModes.size()> costs;
   for (std::size_t m = 0; m < kRecomputeModes.size(); ++m) {
     costs[m] = std::make_unique<detail::ShapeCosts>(cost_model, kRecomputeModes[m],
-                                                    options.num_stages, options.memory_limit_bytes);
+                                                    options.num_stages, options.memory_limit_bytes,
+                                                    options.in_flight);
   }
-  check_alone_fits(batch, options, *costs.back());
+  BatchingCache local;
+  detail::VarlenMemoStore& memos = cache != nullptr ? cache->store() : local.store();
+  if (memos.batch != &batch || memos.cost_model != &cost_model) {
+    memos = detail::VarlenMemoStore{};
+    memos.batch = &batch;
+    memos.cost_model = &cost_model;
+  }
+  // Every sample fits alone (full recompute, one in flight: no rule or weight involved).
+  if (memos.alone_checked != std::pair{options.memory_limit_bytes, options.strategy}) {
+    check_alone_fits(batch, options, *costs.back());
+    memos.alone_checked = {options.memory_limit_bytes, options.strategy};
+  }
 
   const std::int64_t bucket_tokens =
       options.t5_bucket_tokens > 0
           ? options.t5_bucket_tokens
           : std::max<std::int64_t>(round_up((options.max_seqlen + 31) / 32, options.seqlen_multiple),
                                    options.seqlen_multiple);
-  const std::vector<std::size_t> order = order_samples(batch.samples, options.kind, bucket_tokens);
-  const detail::StrategyInput input{batch.samples, order, options};
-  auto run = [&](detail::ShapeCosts& c, detail::MemoryRule rule, double incumbent_ms) {
+  // dynapipe also cuts packing-varlen's rows in sequence: with padding gone, the sorted
+  // order groups runs of similar lengths, the rows order groups samples that fill a row;
+  // the lower objective wins (docs/batching.md, "Ordering for varlen").
+  const bool varlen = options.strategy == Strategy::DynaPipe;
+  std::vector<std::vector<std::size_t>> orders;
+  if (!varlen || options.varlen_order != VarlenOrder::PackedRows) {
+    orders.push_back(order_samples(batch.samples, options.kind, bucket_tokens));
+  }
+  if (varlen && options.varlen_order != VarlenOrder::Sorted) {
+    orders.push_back(order_packed_rows(batch.samples, options.kind, options.max_seqlen,
+                                       options.kind == ModelKind::T5 ? options.max_target_len + 1 : 0));
+  }
+  auto run_one = [&](const std::vector<std::size_t>& order, detail::ShapeCosts& c,
+                     detail::MemoryRule rule, double incumbent_ms) {
+    const detail::StrategyInput input{batch.samples, order, options, &memos};
     switch (options.strategy) {
-      case Strategy::DynaPipe: return detail::run_dynapipe(input, c, rule, incumbent_ms);
+      case Strategy::DynaPipe:
+      case Strategy::DynaPipePadded: return detail::run_dynapipe(input, c, rule, incumbent_ms);
       case Strategy::Padding: return detail::run_padding(input, c, rule, incumbent_ms);
       case Strategy::Packing:
       case Strategy::PackingVarlen: return detail::run_packing(input, c, rule, incumbent_ms);
@@ -163,6 +226,16 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
       case Strategy::PackingMegatron: return detail::run_packing_megatron(input, c, rule, incumbent_ms);
     }
     return std::optional<detail::Candidate>{};
+  };
+  auto run = [&](detail::ShapeCosts& c, detail::MemoryRule rule, double incumbent_ms) {
+    std::optional<detail::Candidate> best_order;
+    for (const std::vector<std::size_t>& order : orders) {
+      const double bound = best_order ? best_order->objective_ms : incumbent_ms;
+      if (std::optional<detail::Candidate> c_order = run_one(order, c, rule, bound)) {
+        best_order = std::move(c_order);
+      }
+    }
+    return best_order;
   };
 
   // The pipelined rule first: falling back to one in flight costs throughput the
@@ -173,6 +246,14 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
     for (std::size_t m = 0; m < kRecomputeModes.size(); ++m) {
       if (options.recompute && *options.recompute != kRecomputeModes[m]) continue;
       const double incumbent = best ? best->objective_ms : std::numeric_limits<double>::infinity();
+      // The DP strategies skip a mode that cannot beat the incumbent (one replica: with
+      // more, the DP's objective is only an estimate of the result's).
+      const bool dp_strategy = options.strategy == Strategy::DynaPipe ||
+                               options.strategy == Strategy::DynaPipePadded;
+      if (best && dp_strategy && options.dp == 1 && options.min_tmax_interval_ms == 0 &&
+          objective_lower_bound(batch, options, *costs[m], memos) >= incumbent) {
+        continue;
+      }
       if (std::optional<detail::Candidate> candidate = run(*costs[m], rule, incumbent)) {
         best = std::move(candidate);
         result.recompute = kRecomputeModes[m];
@@ -207,13 +288,14 @@ double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microba
   return time_ms;
 }
 
-double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages) {
+double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages,
+                             double bubble_weight) {
   double sum = 0, max = 0;
   for (double t : times_ms) {
     sum += t;
     max = std::max(max, t);
   }
-  return sum + (num_stages - 1) * max;
+  return sum + bubble_weight * (num_stages - 1) * max;
 }
 
 double padding_efficiency(const BatchingResult& result) {

@@ -10,11 +10,14 @@
 namespace dynapipe::detail {
 
 ShapeCosts::ShapeCosts(const CostModel& cost_model, Recompute recompute, int num_stages,
-                       std::int64_t memory_limit_bytes)
+                       std::int64_t memory_limit_bytes, std::span<const int> in_flight)
     : cost_model_(cost_model), recompute_(recompute), num_stages_(num_stages),
       memory_limit_bytes_(memory_limit_bytes) {
   static_bytes_.reserve(static_cast<std::size_t>(num_stages));
-  for (int s = 0; s < num_stages; ++s) static_bytes_.push_back(cost_model.static_bytes(s));
+  for (int s = 0; s < num_stages; ++s) {
+    static_bytes_.push_back(cost_model.static_bytes(s));
+    in_flight_.push_back(in_flight.empty() ? num_stages - s : in_flight[static_cast<std::size_t>(s)]);
+  }
 }
 
 ShapeCost ShapeCosts::evaluate(const MicroBatchShape& shape,
@@ -29,7 +32,7 @@ ShapeCost ShapeCosts::evaluate(const MicroBatchShape& shape,
     out.time_ms = std::max(out.time_ms, c.fwd_ms + c.bwd_ms);
     const std::int64_t one = static_bytes_[s] + c.stored_bytes + c.peak_bytes;
     const std::int64_t pipelined =
-        static_bytes_[s] + std::int64_t{num_stages_ - s} * c.stored_bytes + c.peak_bytes;
+        static_bytes_[s] + in_flight_[s] * c.stored_bytes + c.peak_bytes;
     if (one > out.one_bytes || s == 0) {
       out.one_bytes = one;
       out.one_stage = s;
@@ -43,6 +46,32 @@ ShapeCost ShapeCosts::evaluate(const MicroBatchShape& shape,
                  cat("cost model returned NaN time for shape ", shape.batch, "x", shape.seqlen,
                      "+", shape.dec_seqlen));
   return out;
+}
+
+double ShapeCosts::evaluate_stages(const MicroBatchShape& shape, const AttentionDensity& density,
+                                   std::span<std::int64_t> bytes) const {
+  ++evaluations_;
+  double time_ms = 0;
+  for (int s = 0; s < num_stages_; ++s) {
+    const StageCost c = cost_model_.stage_cost(s, shape, density, recompute_);
+    time_ms = std::max(time_ms, c.fwd_ms + c.bwd_ms);
+    bytes[static_cast<std::size_t>(s)] = c.stored_bytes;
+    bytes[static_cast<std::size_t>(num_stages_ + s)] = c.peak_bytes;
+  }
+  DYNAPIPE_CHECK(!std::isnan(time_ms), cat("cost model returned NaN time for shape ", shape.batch,
+                                           "x", shape.seqlen, "+", shape.dec_seqlen));
+  return time_ms;
+}
+
+bool ShapeCosts::fits(std::span<const std::int64_t> bytes, MemoryRule rule) const {
+  if (memory_limit_bytes_ == 0) return true;
+  for (int s = 0; s < num_stages_; ++s) {
+    const std::int64_t k = rule == MemoryRule::Pipelined ? in_flight_[s] : 1;
+    const std::int64_t need = static_bytes_[s] + k * bytes[static_cast<std::size_t>(s)] +
+                              bytes[static_cast<std::size_t>(num_stages_ + s)];
+    if (need > memory_limit_bytes_) return false;
+  }
+  return true;
 }
 
 ShapeCosts::Row* ShapeCosts::row(std::int64_t seqlen, std::int64_t dec_seqlen) {
@@ -60,6 +89,34 @@ const ShapeCost& ShapeCosts::get(Row* row, std::int64_t seqlen, std::int64_t dec
     entry = evaluate({.batch = batch, .seqlen = seqlen, .dec_seqlen = dec_seqlen}, {});
   }
   return entry;
+}
+
+std::vector<PackedRow> pack_best_fit_decreasing(std::span<const Sample> samples,
+                                                std::span<const std::size_t> members,
+                                                ModelKind kind, std::int64_t enc_capacity,
+                                                std::int64_t dec_capacity) {
+  std::vector<std::size_t> sorted(members.begin(), members.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [&](std::size_t a, std::size_t b) {
+    const ModelLengths la = model_lengths(samples[a], kind), lb = model_lengths(samples[b], kind);
+    if (la.enc != lb.enc) return la.enc > lb.enc;
+    return la.dec > lb.dec;
+  });
+  std::vector<PackedRow> rows;
+  for (std::size_t k : sorted) {
+    const ModelLengths lengths = model_lengths(samples[k], kind);
+    PackedRow* best = nullptr;
+    for (PackedRow& row : rows) {
+      if (row.enc + lengths.enc > enc_capacity || row.dec + lengths.dec > dec_capacity) continue;
+      if (best == nullptr || row.enc > best->enc || (row.enc == best->enc && row.dec > best->dec)) {
+        best = &row;
+      }
+    }
+    if (best == nullptr) best = &rows.emplace_back();
+    best->enc += lengths.enc;
+    best->dec += lengths.dec;
+    best->members.push_back(k);
+  }
+  return rows;
 }
 
 ModelLengths model_lengths(const Sample& sample, ModelKind kind) {
@@ -98,8 +155,57 @@ MicroBatch make_padded_microbatch(std::span<const Sample> samples,
   return microbatch;
 }
 
+ShapeCost cost_of(ShapeCosts& costs, const MicroBatch& microbatch) {
+  if (microbatch.density == AttentionDensity{}) return costs.get(microbatch.shape);
+  return costs.evaluate(microbatch.shape, microbatch.density);
+}
+
+AttentionDensity varlen_density(double enc_squares, double dec_squares, std::int64_t rows,
+                                const MicroBatchShape& shape, ModelKind kind) {
+  auto density = [&](double squares, std::int64_t seqlen) {
+    const double area = static_cast<double>(rows) * static_cast<double>(seqlen) *
+                        static_cast<double>(seqlen);
+    return seqlen == 0 ? 1.0 : squares / area;
+  };
+  AttentionDensity out;
+  out.enc = density(enc_squares, shape.seqlen);
+  if (kind == ModelKind::T5) out.dec = density(dec_squares, shape.dec_seqlen);
+  return out;
+}
+
+MicroBatch make_varlen_microbatch(std::span<const Sample> samples,
+                                  std::span<const std::size_t> members, ModelKind kind,
+                                  std::int64_t seqlen_multiple) {
+  MicroBatch microbatch;
+  fill_members(samples, members, &microbatch);
+  microbatch.rows.push_back(microbatch.sample_ids);
+  std::int64_t enc = 0, dec = 0;
+  double enc_squares = 0, dec_squares = 0;
+  for (std::size_t k : members) {
+    const ModelLengths lengths = model_lengths(samples[k], kind);
+    enc += lengths.enc;
+    dec += lengths.dec;
+    enc_squares += static_cast<double>(lengths.enc) * static_cast<double>(lengths.enc);
+    dec_squares += static_cast<double>(lengths.dec) * static_cast<double>(lengths.dec);
+  }
+  microbatch.shape = {.batch = 1,
+                      .seqlen = round_up(enc, seqlen_multiple),
+                      .dec_seqlen = round_up(dec, seqlen_multiple)};
+  microbatch.density = varlen_density(enc_squares, dec_squares, 1, microbatch.shape, kind);
+  return microbatch;
+}
+
+MicroBatch make_microbatch(std::span<const Sample> samples, std::span<const std::size_t> members,
+                           const BatchingOptions& options) {
+  if (options.strategy == Strategy::DynaPipe) {
+    return make_varlen_microbatch(samples, members, options.kind, options.seqlen_multiple);
+  }
+  return make_padded_microbatch(samples, members, options.kind, options.seqlen_multiple);
+}
+
 std::optional<double> replicas_objective(const std::vector<std::vector<MicroBatch>>& replicas,
-                                         ShapeCosts& costs, MemoryRule rule, int num_stages) {
+                                         ShapeCosts& costs, MemoryRule rule,
+                                         const BatchingOptions& options) {
   double objective = 0;
   std::vector<double> times;
   for (const std::vector<MicroBatch>& replica : replicas) {
@@ -107,12 +213,12 @@ std::optional<double> replicas_objective(const std::vector<std::vector<MicroBatc
     if (replica.empty()) return std::nullopt;
     times.clear();
     for (const MicroBatch& mb : replica) {
-      const bool dense = mb.density == AttentionDensity{};
-      const ShapeCost cost = dense ? costs.get(mb.shape) : costs.evaluate(mb.shape, mb.density);
+      const ShapeCost cost = cost_of(costs, mb);
       if (!cost.fits(rule)) return std::nullopt;
       times.push_back(cost.time_ms);
     }
-    objective = std::max(objective, pipeline_objective_ms(times, num_stages));
+    objective = std::max(objective,
+                         pipeline_objective_ms(times, options.num_stages, options.bubble_weight));
   }
   return objective;
 }

@@ -22,7 +22,7 @@ namespace dynapipe::detail {
 
 // How many micro-batches may be in flight at stage s when checking memory.
 enum class MemoryRule : std::uint8_t {
-  Pipelined,    // k_s = p − s, as under 1F1B
+  Pipelined,    // k_s from BatchingOptions::in_flight (default p − s, as under 1F1B)
   OneInFlight,  // k_s = 1: the schedule must limit micro-batches in flight
 };
 
@@ -44,8 +44,9 @@ class ShapeCosts {
  public:
   using Row = std::vector<ShapeCost>;
 
+  // in_flight: k_s per stage for MemoryRule::Pipelined; empty = p − s.
   ShapeCosts(const CostModel& cost_model, Recompute recompute, int num_stages,
-             std::int64_t memory_limit_bytes);
+             std::int64_t memory_limit_bytes, std::span<const int> in_flight = {});
 
   Recompute recompute() const { return recompute_; }
   // Uncached, any density.
@@ -58,6 +59,13 @@ class ShapeCosts {
     return get(row(shape.seqlen, shape.dec_seqlen), shape.seqlen, shape.dec_seqlen, shape.batch);
   }
   std::int64_t evaluations() const { return evaluations_; }
+  // Uncached: the time (max over stages of fwd + bwd) and, into bytes[0..2p), every
+  // stage's stored bytes then peak bytes, independent of the memory rule.
+  double evaluate_stages(const MicroBatchShape& shape, const AttentionDensity& density,
+                         std::span<std::int64_t> bytes) const;
+  // Whether per-stage bytes from evaluate_stages() fit under `rule`.
+  bool fits(std::span<const std::int64_t> bytes, MemoryRule rule) const;
+  int num_stages() const { return num_stages_; }
 
  private:
   const CostModel& cost_model_;
@@ -65,6 +73,7 @@ class ShapeCosts {
   int num_stages_;
   std::int64_t memory_limit_bytes_;  // 0 = unlimited
   std::vector<std::int64_t> static_bytes_;
+  std::vector<std::int64_t> in_flight_;
   std::unordered_map<std::uint64_t, Row> rows_;
   mutable std::int64_t evaluations_ = 0;
 };
@@ -82,15 +91,51 @@ MicroBatch make_padded_microbatch(std::span<const Sample> samples,
                                   std::span<const std::size_t> members, ModelKind kind,
                                   std::int64_t seqlen_multiple);
 
+// Block-diagonal attention over `rows` rows of seqlen (dec_seqlen) tokens holding
+// samples whose lengths square-sum to enc_squares (dec_squares): Σ L² / (rows·seqlen²).
+// GPT: dec stays 1 (unused).
+AttentionDensity varlen_density(double enc_squares, double dec_squares, std::int64_t rows,
+                                const MicroBatchShape& shape, ModelKind kind);
+
+// One varlen micro-batch: every sample in one row, attention block-diagonal per sample.
+// Shape {1, round(Σ enc), round(Σ dec)}, density Σ L² / seqlen² (T5: per encoder and
+// decoder), the same representation packing-varlen uses for its rows.
+MicroBatch make_varlen_microbatch(std::span<const Sample> samples,
+                                  std::span<const std::size_t> members, ModelKind kind,
+                                  std::int64_t seqlen_multiple);
+
+// The micro-batch form of `options.strategy` for the DP strategies: varlen for dynapipe,
+// padded otherwise.
+MicroBatch make_microbatch(std::span<const Sample> samples, std::span<const std::size_t> members,
+                           const BatchingOptions& options);
+
+// Cost of a micro-batch: dense ones through the cache, others evaluated.
+ShapeCost cost_of(ShapeCosts& costs, const MicroBatch& microbatch);
+
+// A packed row: samples whose model lengths add up within the capacities.
+struct PackedRow {
+  std::int64_t enc = 0;  // Σ enc lengths of its samples
+  std::int64_t dec = 0;  // Σ dec lengths (T5: target + 1 each)
+  std::vector<std::size_t> members;
+};
+
+// Best-fit decreasing: samples by (enc, dec) descending, each into the fitting row with
+// the least room left (enc first, then dec; ties: the older row). O(n log n + n · rows).
+std::vector<PackedRow> pack_best_fit_decreasing(std::span<const Sample> samples,
+                                                std::span<const std::size_t> members,
+                                                ModelKind kind, std::int64_t enc_capacity,
+                                                std::int64_t dec_capacity);
+
 // Fills sample_ids, real_tokens and target_tokens from `members`.
 void fill_members(std::span<const Sample> samples, std::span<const std::size_t> members,
                   MicroBatch* microbatch);
 
 // Costs every micro-batch (dense ones through the cache) and returns the objective
-// (max over replicas of Σt + (p−1)·max t), or nullopt if one does not fit under `rule`
+// (max over replicas of Σt + bubble_weight·(p−1)·max t), or nullopt if one does not fit under `rule`
 // or a replica got no micro-batch.
 std::optional<double> replicas_objective(const std::vector<std::vector<MicroBatch>>& replicas,
-                                         ShapeCosts& costs, MemoryRule rule, int num_stages);
+                                         ShapeCosts& costs, MemoryRule rule,
+                                         const BatchingOptions& options);
 
 // A strategy's answer for one (memory rule, recompute mode).
 struct Candidate {
@@ -101,10 +146,12 @@ struct Candidate {
 // Strategy entry points (baselines.cpp, dynapipe_strategy.cpp). `order` is the
 // strategy-independent sorted order (order_samples()). nullopt: nothing feasible under
 // this rule and mode, or nothing strictly better than `incumbent_ms`.
+struct VarlenMemoStore;
 struct StrategyInput {
   std::span<const Sample> samples;
   std::span<const std::size_t> order;
   const BatchingOptions& options;
+  VarlenMemoStore* memos = nullptr;  // dynapipe: segment costs kept across DPs
 };
 std::optional<Candidate> run_dynapipe(const StrategyInput& input, ShapeCosts& costs,
                                       MemoryRule rule, double incumbent_ms);

@@ -82,8 +82,8 @@ bool rows_non_decreasing(const SegmentTable& table) {
 class ThresholdSearch {
  public:
   ThresholdSearch(const SegmentTable& table, const PartitionOptions& options)
-      : table_(table), dp_(table, rows_non_decreasing(table)),
-        weight_(options.sum_weight), slope_(options.num_stages - 1) {
+      : table_(table), rows_monotone_(rows_non_decreasing(table)), dp_(table, rows_monotone_),
+        weight_(options.sum_weight), slope_(options.bubble_weight * (options.num_stages - 1)) {
     best_.objective_ms = options.incumbent_ms;
   }
 
@@ -113,12 +113,19 @@ class ThresholdSearch {
     if (below > -kInf && run(below) < kInf) floor = -kInf;  // non-monotone costs: keep all
 
     std::vector<double> candidates;
+    std::vector<std::size_t> runs{0};  // sorted runs (one per row when rows are monotone)
     for (int i = 0; i < table_.size(); ++i) {
       for (double t : table_.row(i)) {
         if (t >= floor && t <= t_up) candidates.push_back(t);
       }
+      if (candidates.size() > runs.back()) runs.push_back(candidates.size());
     }
-    sort_unique(&candidates);
+    if (rows_monotone_) {
+      merge_runs(&candidates, std::move(runs));
+      candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+    } else {
+      sort_unique(&candidates);
+    }
     branch_and_bound(candidates, f_all, /*start_low=*/true);
     return finish();
   }
@@ -151,6 +158,23 @@ class ThresholdSearch {
     int lo, hi;         // exclusive; f known at lo (if lo >= 0) and at hi (if hi < m)
     double f_lo, f_hi;  // f_hi at hi == m is f_all, a lower bound for every threshold
   };
+
+  // Sorts `values` made of sorted runs [runs[k], runs[k + 1]) by merging neighbouring runs
+  // pairwise: O(m log r) for r runs instead of O(m log m).
+  static void merge_runs(std::vector<double>* values, std::vector<std::size_t> runs) {
+    while (runs.size() > 2) {
+      std::vector<std::size_t> merged{0};
+      for (std::size_t k = 0; k + 1 < runs.size(); k += 2) {
+        const std::size_t end = k + 2 < runs.size() ? runs[k + 2] : runs[k + 1];
+        std::inplace_merge(values->begin() + static_cast<std::ptrdiff_t>(runs[k]),
+                           values->begin() + static_cast<std::ptrdiff_t>(runs[k + 1]),
+                           values->begin() + static_cast<std::ptrdiff_t>(end));
+        merged.push_back(end);
+      }
+      if (merged.back() != runs.back()) merged.push_back(runs.back());
+      runs = std::move(merged);
+    }
+  }
 
   static void sort_unique(std::vector<double>* values) {
     std::sort(values->begin(), values->end());
@@ -205,6 +229,7 @@ class ThresholdSearch {
   }
 
   const SegmentTable& table_;
+  bool rows_monotone_;
   ThresholdDp dp_;
   double weight_;
   double slope_;
@@ -239,6 +264,8 @@ void SegmentTable::push(int start, double time_ms) {
 Partition solve_partition(const SegmentTable& table, const PartitionOptions& options) {
   DYNAPIPE_CHECK(options.num_stages >= 1, cat("num_stages ", options.num_stages, " < 1"));
   DYNAPIPE_CHECK(options.sum_weight > 0, cat("sum_weight ", options.sum_weight, " <= 0"));
+  DYNAPIPE_CHECK(options.bubble_weight > 0,
+                 cat("bubble_weight ", options.bubble_weight, " <= 0"));
   DYNAPIPE_CHECK(options.min_tmax_interval_ms >= 0,
                  cat("min_tmax_interval_ms ", options.min_tmax_interval_ms, " < 0"));
   if (table.size() == 0) {

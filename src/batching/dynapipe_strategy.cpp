@@ -1,8 +1,11 @@
-// The "dynapipe" strategy: ordered samples, the exact DP of dp_partitioner.h, and the
+// The "dynapipe" and "dynapipe-padded" strategies: ordered samples, the exact DP of
+// dp_partitioner.h over varlen (block-diagonal) or padded micro-batches, and the
 // split over data-parallel replicas.
 #include <algorithm>
+#include <type_traits>
 
 #include "costing.h"
+#include "varlen_memo.h"
 #include "dynapipe/batching/dp_partitioner.h"
 #include "dynapipe/batching/replica_balancer.h"
 #include "dynapipe/core/error.h"
@@ -13,16 +16,50 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Times of the segments [i, j) of an ordered sequence that fit under `rule`, row by row.
-// A row stops at the first segment that does not fit, exceeds the time cap or the item
-// cap: time and memory are assumed non-decreasing in batch and lengths (true of the
-// analytic and profiled models), and [i, j+1) is never smaller than [i, j).
-// Complexity: O(window(i)) cache lookups per row; cost-model calls only for new shapes.
-class SegmentScanner {
+// Shared by both scanners: the table and the min-sum DP over scan_row().
+template <typename Scanner>
+class ScannerBase {
  public:
-  SegmentScanner(std::span<const Sample> samples, std::span<const std::size_t> seq,
-                 ModelKind kind, std::int64_t seqlen_multiple, ShapeCosts& costs,
-                 MemoryRule rule)
+  SegmentTable table(int max_count = std::numeric_limits<int>::max(), double cap_ms = kInf) {
+    Scanner& self = static_cast<Scanner&>(*this);
+    SegmentTable out(self.size());
+    std::int64_t segments = 0;  // counted first: growing the table costs more (page faults)
+    for (int i = 0; i < self.size(); ++i) {
+      self.scan_row(i, max_count, cap_ms, [&](int, double) { ++segments; });
+    }
+    out.reserve(segments);
+    for (int i = 0; i < self.size(); ++i) {
+      self.scan_row(i, max_count, cap_ms, [&](int, double t) { out.push(i, t); });
+    }
+    return out;
+  }
+
+  // min Σ t over partitions into qualifying segments (+inf if none), without storing
+  // the table: a forward DP that consumes each row as it is scanned.
+  double min_sum(double cap_ms) {
+    Scanner& self = static_cast<Scanner&>(*this);
+    std::vector<double> f(static_cast<std::size_t>(self.size()) + 1, kInf);
+    f[0] = 0;
+    for (int i = 0; i < self.size(); ++i) {
+      if (f[i] == kInf) continue;
+      self.scan_row(i, std::numeric_limits<int>::max(), cap_ms, [&](int count, double t) {
+        f[i + count] = std::min(f[i + count], f[i] + t);
+      });
+    }
+    return f.back();
+  }
+};
+
+// Padded segments (dynapipe-padded): [i, j) is one micro-batch of j − i rows padded to
+// its longest sample. A row stops at the first segment that does not fit, exceeds the
+// time cap or the item cap: time and memory are assumed non-decreasing in batch and
+// lengths (true of the analytic and profiled models), and [i, j+1) is never smaller
+// than [i, j). Complexity: O(window(i)) cache lookups per row; cost-model calls only
+// for new shapes.
+class PaddedScanner : public ScannerBase<PaddedScanner> {
+ public:
+  PaddedScanner(std::span<const Sample> samples, std::span<const std::size_t> seq,
+                ModelKind kind, std::int64_t seqlen_multiple, ShapeCosts& costs, MemoryRule rule)
       : costs_(costs), rule_(rule), enc_(seq.size()), dec_(seq.size()) {
     for (std::size_t k = 0; k < seq.size(); ++k) {
       const ModelLengths lengths = model_lengths(samples[seq[k]], kind);
@@ -51,36 +88,127 @@ class SegmentScanner {
     }
   }
 
-  SegmentTable table(int max_count = std::numeric_limits<int>::max(), double cap_ms = kInf) {
-    SegmentTable out(size());
-    std::int64_t segments = 0;  // counted first: growing the table costs more (page faults)
-    for (int i = 0; i < size(); ++i) scan_row(i, max_count, cap_ms, [&](int, double) { ++segments; });
-    out.reserve(segments);
-    for (int i = 0; i < size(); ++i) {
-      scan_row(i, max_count, cap_ms, [&](int, double t) { out.push(i, t); });
-    }
-    return out;
-  }
-
-  // min Σ t over partitions into qualifying segments (+inf if none), without storing
-  // the table: a forward DP that consumes each row as it is scanned.
-  double min_sum(double cap_ms) {
-    std::vector<double> f(enc_.size() + 1, kInf);
-    f[0] = 0;
-    for (int i = 0; i < size(); ++i) {
-      if (f[i] == kInf) continue;
-      scan_row(i, std::numeric_limits<int>::max(), cap_ms, [&](int count, double t) {
-        f[i + count] = std::min(f[i + count], f[i] + t);
-      });
-    }
-    return f.back();
-  }
-
  private:
   ShapeCosts& costs_;
   MemoryRule rule_;
   std::vector<std::int64_t> enc_, dec_;  // rounded model lengths in sequence order
 };
+
+// Varlen segments (dynapipe): [i, j) is one row of Σ L tokens with block-diagonal
+// attention (make_varlen_microbatch). Its cost depends on the prefix sums of tokens and
+// squared lengths, so the shape cache does not apply; instead each row's segment costs
+// (time and per-stage bytes, rule-free) are kept in VarlenRows as far as some scan needed
+// them, shared by the search's repeated scans with falling caps and, through a
+// BatchingCache, by later DPs under other memory rules and bubble weights.
+// Time and memory are assumed non-decreasing as a segment grows (more tokens and more
+// Σ L²), so a row stops at the first segment that does not fit or exceeds the cap.
+// Complexity: one cost evaluation (num_stages stage_cost() calls) per new segment.
+class VarlenScanner : public ScannerBase<VarlenScanner> {
+ public:
+  // enc_cap / dec_cap > 0: segments of at most that many model tokens only.
+  VarlenScanner(std::span<const Sample> samples, std::span<const std::size_t> seq,
+                ModelKind kind, std::int64_t seqlen_multiple, ShapeCosts& costs, MemoryRule rule,
+                VarlenRows& rows, std::int64_t enc_cap, std::int64_t dec_cap)
+      : costs_(costs), rule_(rule), kind_(kind), multiple_(seqlen_multiple),
+        stride_(2 * static_cast<std::size_t>(costs.num_stages())), rows_(rows),
+        enc_cap_(enc_cap), dec_cap_(dec_cap) {
+    lengths_.reserve(seq.size());
+    for (std::size_t k : seq) lengths_.push_back(model_lengths(samples[k], kind));
+    fit_.resize(seq.size());
+    if (enc_cap_ > 0) {  // per row: how many samples fit the capacities
+      cap_count_.resize(seq.size());
+      for (std::size_t i = 0, j = 0; i < lengths_.size(); ++i) {
+        j = std::max(j, i);
+        std::int64_t enc = 0, dec = 0;
+        for (std::size_t k = i; k < j; ++k) {
+          enc += lengths_[k].enc;
+          dec += lengths_[k].dec;
+        }
+        while (j < lengths_.size() && enc + lengths_[j].enc <= enc_cap_ &&
+               (dec_cap_ == 0 || dec + lengths_[j].dec <= dec_cap_)) {
+          enc += lengths_[j].enc;
+          dec += lengths_[j].dec;
+          ++j;
+        }
+        cap_count_[i] = static_cast<int>(std::max<std::size_t>(j - i, 1));
+      }
+    }
+  }
+
+  int size() const { return static_cast<int>(lengths_.size()); }
+
+  template <typename Emit>
+  void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
+    if (!cap_count_.empty()) max_count = std::min(max_count, cap_count_[static_cast<std::size_t>(i)]);
+    const int end = static_cast<int>(std::min<std::int64_t>(size(), std::int64_t{i} + max_count));
+    VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(i)];
+    Fit& fit = fit_[static_cast<std::size_t>(i)];
+    for (int j = i; j < end; ++j) {
+      const std::size_t c = static_cast<std::size_t>(j - i);
+      if (c == row.time_ms.size()) extend(i, &row);
+      const double t = row.time_ms[c];
+      if (t > cap_ms) break;
+      if (c >= fit.known) {  // memory is checked once per segment and rule
+        if (fit.closed) break;
+        const auto bytes = std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_);
+        if (!costs_.fits(bytes, rule_)) {
+          fit.closed = true;
+          break;
+        }
+        fit.known = c + 1;
+      }
+      emit(j - i + 1, t);
+    }
+  }
+
+ private:
+  // Costs the next segment of row i (REQUIRES: one is left).
+  void extend(int i, VarlenRows::Row* row) {
+    const ModelLengths& l = lengths_[static_cast<std::size_t>(i) + row->time_ms.size()];
+    row->enc += l.enc;
+    row->dec += l.dec;
+    row->enc_squares += static_cast<double>(l.enc) * static_cast<double>(l.enc);
+    row->dec_squares += static_cast<double>(l.dec) * static_cast<double>(l.dec);
+    const MicroBatchShape shape{.batch = 1,
+                                .seqlen = round_up(row->enc, multiple_),
+                                .dec_seqlen = round_up(row->dec, multiple_)};
+    row->bytes.resize(row->bytes.size() + stride_);
+    const std::span<std::int64_t> bytes =
+        std::span<std::int64_t>(row->bytes).subspan(row->bytes.size() - stride_, stride_);
+    row->time_ms.push_back(costs_.evaluate_stages(
+        shape, varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_), bytes));
+  }
+
+  struct Fit {
+    std::size_t known = 0;  // this many leading segments of the row fit under rule_
+    bool closed = false;    // and the next one does not
+  };
+
+  ShapeCosts& costs_;
+  MemoryRule rule_;
+  ModelKind kind_;
+  std::int64_t multiple_;
+  std::size_t stride_;                 // bytes per segment: stored and peak per stage
+  VarlenRows& rows_;
+  std::vector<ModelLengths> lengths_;  // model lengths in sequence order
+  std::vector<Fit> fit_;               // per row
+  std::int64_t enc_cap_ = 0, dec_cap_ = 0;
+  std::vector<int> cap_count_;         // per row, with capacities: samples that fit them
+};
+
+template <typename Scanner>
+Scanner make_scanner(const StrategyInput& input, std::span<const std::size_t> seq,
+                     ShapeCosts& costs, MemoryRule rule) {
+  const BatchingOptions& o = input.options;
+  if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
+    const bool capped = o.varlen_row_capacity;
+    return VarlenScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule,
+                         input.memos->rows_for(seq, costs.recompute()), capped ? o.max_seqlen : 0,
+                         capped && o.kind == ModelKind::T5 ? o.max_target_len + 1 : 0);
+  } else {
+    return PaddedScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule);
+  }
+}
 
 std::vector<MicroBatch> cut(std::span<const Sample> samples, std::span<const std::size_t> seq,
                             const std::vector<int>& starts, const BatchingOptions& options) {
@@ -89,8 +217,7 @@ std::vector<MicroBatch> cut(std::span<const Sample> samples, std::span<const std
     const std::size_t begin = static_cast<std::size_t>(starts[k]);
     const std::size_t end = k + 1 < starts.size() ? static_cast<std::size_t>(starts[k + 1])
                                                   : seq.size();
-    microbatches.push_back(make_padded_microbatch(samples, seq.subspan(begin, end - begin),
-                                                  options.kind, options.seqlen_multiple));
+    microbatches.push_back(make_microbatch(samples, seq.subspan(begin, end - begin), options));
   }
   return microbatches;
 }
@@ -99,6 +226,7 @@ PartitionOptions partition_options(const BatchingOptions& options, double sum_we
                                    double incumbent_ms) {
   return {.num_stages = options.num_stages,
           .sum_weight = sum_weight,
+          .bubble_weight = options.bubble_weight,
           .min_tmax_interval_ms = options.min_tmax_interval_ms,
           // The thinned search reports threshold objectives: not comparable, no pruning.
           .incumbent_ms = options.min_tmax_interval_ms > 0 ? kInf : incumbent_ms};
@@ -113,6 +241,7 @@ PartitionOptions partition_options(const BatchingOptions& options, double sum_we
 // store the table. Only segments passing both are stored and searched, so the result is
 // the exact optimum. p = 1: F is the optimum itself but its partition is needed, so the
 // first test alone prunes. The thinned (reference) search needs every segment time.
+template <typename Scanner>
 Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t> seq,
                          ShapeCosts& costs, MemoryRule rule, double weight,
                          double incumbent_ms) {
@@ -120,7 +249,7 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   constexpr double kSlack = 1 + 1e-9;  // rounding: a segment exactly at a bound stays in
   const BatchingOptions& options = input.options;
   const PartitionOptions partition = partition_options(options, weight, incumbent_ms);
-  SegmentScanner scanner(input.samples, seq, options.kind, options.seqlen_multiple, costs, rule);
+  Scanner scanner = make_scanner<Scanner>(input, seq, costs, rule);
   if (options.min_tmax_interval_ms > 0) return solve_partition(scanner.table(), partition);
 
   // A sample that does not fit alone is in no segment that fits (monotone memory).
@@ -129,7 +258,7 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
     scanner.scan_row(i, 1, kInf, [&](int, double) { alone_fits = true; });
     if (!alone_fits) return Partition{};
   }
-  const int slope = options.num_stages - 1;
+  const double slope = options.bubble_weight * (options.num_stages - 1);
   Partition probe;
   double bound = incumbent_ms;
   const int probe_window = std::clamp(scanner.size() / 4, 1, kMaxProbeWindow);
@@ -152,6 +281,15 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   return best;
 }
 
+// The exact DP for the strategy's micro-batch form.
+Partition solve(const StrategyInput& input, std::span<const std::size_t> seq, ShapeCosts& costs,
+                MemoryRule rule, double weight, double incumbent_ms) {
+  if (input.options.strategy == Strategy::DynaPipe) {
+    return solve_sequence<VarlenScanner>(input, seq, costs, rule, weight, incumbent_ms);
+  }
+  return solve_sequence<PaddedScanner>(input, seq, costs, rule, weight, incumbent_ms);
+}
+
 // One DP over all samples with objective Σt/dp + (p−1)·max t, then Karmarkar–Karp.
 std::optional<Candidate> split_microbatches(const StrategyInput& input, ShapeCosts& costs,
                                             MemoryRule rule, double incumbent_ms) {
@@ -159,7 +297,7 @@ std::optional<Candidate> split_microbatches(const StrategyInput& input, ShapeCos
   // With dp > 1 the DP objective only estimates the replicas' objective (it can be above
   // or below it), so another mode's result cannot prune this search.
   const double weight = 1.0 / options.dp;
-  const Partition partition = solve_sequence(input, input.order, costs, rule, weight,
+  const Partition partition = solve(input, input.order, costs, rule, weight,
                                              options.dp == 1 ? incumbent_ms : kInf);
   if (!partition.found) return std::nullopt;
   std::vector<MicroBatch> microbatches = cut(input.samples, input.order, partition.starts, options);
@@ -169,13 +307,13 @@ std::optional<Candidate> split_microbatches(const StrategyInput& input, ShapeCos
   Candidate candidate;
   candidate.replicas.resize(static_cast<std::size_t>(options.dp));
   std::vector<double> times;
-  for (const MicroBatch& mb : microbatches) times.push_back(costs.get(mb.shape).time_ms);
+  for (const MicroBatch& mb : microbatches) times.push_back(cost_of(costs, mb).time_ms);
   const std::vector<int> owner = balance_replicas(times, options.dp);
   for (std::size_t k = 0; k < microbatches.size(); ++k) {  // DP order inside each replica
     candidate.replicas[static_cast<std::size_t>(owner[k])].push_back(std::move(microbatches[k]));
   }
   const std::optional<double> objective =
-      replicas_objective(candidate.replicas, costs, rule, options.num_stages);
+      replicas_objective(candidate.replicas, costs, rule, options);
   DYNAPIPE_CHECK(objective.has_value(), "a DP micro-batch does not fit its own memory rule");
   if (!(*objective < incumbent_ms)) return std::nullopt;
   candidate.objective_ms = *objective;
@@ -198,12 +336,12 @@ std::optional<Candidate> split_samples(const StrategyInput& input, ShapeCosts& c
   if (input.order.size() < dp) return std::nullopt;  // a replica would get no sample
   for (std::size_t r = 0; r < dp; ++r) {
     // Each replica's objective is a lower bound of the maximum: the incumbent prunes.
-    const Partition partition = solve_sequence(input, shards[r], costs, rule, 1.0, incumbent_ms);
+    const Partition partition = solve(input, shards[r], costs, rule, 1.0, incumbent_ms);
     if (!partition.found) return std::nullopt;
     candidate.replicas[r] = cut(input.samples, shards[r], partition.starts, options);
   }
   const std::optional<double> objective =
-      replicas_objective(candidate.replicas, costs, rule, options.num_stages);
+      replicas_objective(candidate.replicas, costs, rule, options);
   DYNAPIPE_CHECK(objective.has_value(), "a DP micro-batch does not fit its own memory rule");
   if (!(*objective < incumbent_ms)) return std::nullopt;
   candidate.objective_ms = *objective;

@@ -156,7 +156,7 @@ std::optional<Candidate> run_packing_megatron(const StrategyInput& input, ShapeC
     microbatch.shape = shape_of(static_cast<std::int64_t>(end - begin));
     replicas[k % replicas.size()].push_back(std::move(microbatch));
   }
-  const std::optional<double> objective = replicas_objective(replicas, costs, rule, options.num_stages);
+  const std::optional<double> objective = replicas_objective(replicas, costs, rule, options);
   if (!objective || !(*objective < incumbent_ms)) return std::nullopt;
   return Candidate{std::move(replicas), *objective};
 }

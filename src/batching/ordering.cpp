@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "costing.h"
 #include "dynapipe/core/error.h"
 
 namespace dynapipe {
@@ -45,6 +46,19 @@ std::vector<std::size_t> order_samples(std::span<const Sample> samples, ModelKin
     if (reverse) std::reverse(order.begin() + begin, order.begin() + end);
     reverse = !reverse;
     begin = end;
+  }
+  return order;
+}
+
+std::vector<std::size_t> order_packed_rows(std::span<const Sample> samples, ModelKind kind,
+                                           std::int64_t enc_capacity, std::int64_t dec_capacity) {
+  std::vector<std::size_t> all(samples.size());
+  std::iota(all.begin(), all.end(), std::size_t{0});
+  std::vector<std::size_t> order;
+  order.reserve(samples.size());
+  for (const detail::PackedRow& row :
+       detail::pack_best_fit_decreasing(samples, all, kind, enc_capacity, dec_capacity)) {
+    order.insert(order.end(), row.members.begin(), row.members.end());
   }
   return order;
 }

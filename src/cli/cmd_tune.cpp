@@ -1,6 +1,7 @@
 // `dynapipe tune`: the best parallel layout (tp x pp x dp of --gpus) per strategy for a
 // dataset, model, cost model and memory limit, with the throughput ratios between
 // strategies (docs/cli.md; the search is planner/tune.h).
+#include <map>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>

@@ -11,13 +11,14 @@ struct StrategyName {
 };
 
 // The one table behind parse, print and the CLI choices.
-constexpr std::array<StrategyName, 6> kStrategyNames{{
+constexpr std::array<StrategyName, 7> kStrategyNames{{
     {Strategy::DynaPipe, "dynapipe"},
     {Strategy::Padding, "padding"},
     {Strategy::Packing, "packing"},
     {Strategy::PackingVarlen, "packing-varlen"},
     {Strategy::TokenBased, "token-based"},
     {Strategy::PackingMegatron, "packing-megatron"},
+    {Strategy::DynaPipePadded, "dynapipe-padded"},
 }};
 
 }  // namespace

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "dynapipe/batching/batching.h"
+#include "dynapipe/batching/head_tail.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
@@ -93,7 +95,57 @@ struct ReplicaChoice {
 struct Choice {
   std::vector<ReplicaChoice> replicas;
   double est_ms = 0;  // the slowest replica's simulated makespan
+  ScheduleKind schedule = ScheduleKind::Auto;  // the --schedule value searched
+  Recompute dp_recompute = Recompute::None;  // the batching result's recompute mode
+  BatchingOptions batching;        // the options the micro-batches were cut with
 };
+
+}  // namespace
+
+namespace {
+
+// A schedule the DP strategies plan their micro-batches for: its memory rule and bubble
+// weight (docs/batching.md, "Schedule-aware DP"), and the schedule name the search then
+// tries on them ("auto": every schedule).
+struct DpTarget {
+  ScheduleKind schedule = ScheduleKind::Auto;
+  std::vector<int> in_flight;  // empty: 1F1B's p − s
+  double bubble_weight = 1.0;
+};
+
+bool is_dp_strategy(Strategy strategy) {
+  return strategy == Strategy::DynaPipe || strategy == Strategy::DynaPipePadded;
+}
+
+// ZB-H1 fills 1F1B's bubble with deferred W passes: its fill/drain costs about
+// (p − 1)·(F + I − W) instead of (p − 1)·(F + I + W) (Qi et al., "Zero Bubble Pipeline
+// Parallelism", 2023). The ratio on the bottleneck stage of a max-length sample.
+double zero_bubble_weight(const CostModel& cost, const BatchingOptions& batching) {
+  const MicroBatchShape shape{.batch = 1,
+                              .seqlen = batching.max_seqlen,
+                              .dec_seqlen = batching.kind == ModelKind::T5 ? batching.max_target_len + 1 : 0};
+  double worst = -1, weight = 1;
+  for (int s = 0; s < cost.num_stages(); ++s) {
+    const StageCost c = cost.stage_cost(s, shape, {}, Recompute::None);
+    const double total = c.fwd_ms + c.bwd_ms;
+    if (total > worst && total > 0) {
+      worst = total;
+      weight = (c.fwd_ms + c.bwd_input_ms - c.bwd_weight_ms) / total;
+    }
+  }
+  return std::clamp(weight, 0.05, 1.0);
+}
+
+// Interleaved 1F1B with C chunks: device d warms up with 2(D − d − 1) + (C − 1)·D chunk
+// forwards and holds one more in the steady state, each 1/C of its layers' activations.
+std::vector<int> interleaved_in_flight(int pp, int chunks) {
+  std::vector<int> k;
+  for (int d = 0; d < pp; ++d) {
+    const int chunk_forwards = 2 * (pp - d - 1) + (chunks - 1) * pp + 1;
+    k.push_back((chunk_forwards + chunks - 1) / chunks);
+  }
+  return k;
+}
 
 }  // namespace
 
@@ -105,39 +157,115 @@ struct Planner::Impl {
   std::unique_ptr<CostModel> interleaved_cost;  // pp * chunks stages, when interleaving applies
   std::int64_t memory_limit_bytes = 0;
   std::int64_t max_static_bytes = 0;  // the largest stage's parameters, grads, optimizer
-  BatchingOptions batching;
-  // The schedule searched: config.schedule, except packing-megatron's "auto", which is
-  // 1F1B (the baseline's own schedule).
+  BatchingOptions batching;           // the first DP target's rule (or a baseline's)
+  // The schedule searched on `batching`'s result: config.schedule, except
+  // packing-megatron's "auto", which is 1F1B (the baseline's own schedule).
   ScheduleKind schedule = ScheduleKind::Auto;
+  std::vector<DpTarget> more_targets; // DP strategies: further schedules planned for
 
-  Choice search(const GlobalBatch& batch, const BatchingOptions& options) const;
+  // quick: only the batching's recompute mode and no micro-batch permutations, to rank
+  // many micro-batchings before the full search of the best (choose()).
+  Choice search(const GlobalBatch& batch, const BatchingOptions& options,
+                ScheduleKind schedule, bool quick = false,
+                BatchingCache* cache = nullptr) const;
+  Choice search_replicas(const GlobalBatch& batch,
+                         const std::vector<std::vector<MicroBatch>>& replicas,
+                         ScheduleKind schedule, bool quick = false,
+                         Recompute recompute = Recompute::None) const;
+  Choice choose(const GlobalBatch& batch) const;
+  // make_search_candidates() for one recompute mode: only that mode's problems are costed.
+  std::vector<SearchCandidate> own_mode_candidates(ScheduleKind schedule,
+                                                   std::span<const MicroBatch> microbatches,
+                                                   Recompute recompute) const;
+  std::vector<Choice> rank_dp_plans(const GlobalBatch& batch) const;
 };
 
 // Micro-batches under `options`, then the best schedule x recompute of every replica.
-Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& options) const {
+Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& options,
+                             ScheduleKind schedule, bool quick,
+                             BatchingCache* cache) const {
+  const BatchingResult batching = make_microbatches(batch, *cost, options, cache);
+  Choice choice = search_replicas(batch, batching.replicas, schedule, quick, batching.recompute);
+  choice.dp_recompute = batching.recompute;
+  choice.batching = options;
+  return choice;
+}
+
+std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
+    ScheduleKind schedule, std::span<const MicroBatch> microbatches, Recompute recompute) const {
+  const std::vector<ScheduleKind> kinds =
+      schedule == ScheduleKind::Auto ? schedule_kinds() : std::vector<ScheduleKind>{schedule};
+  std::vector<SearchCandidate> candidates;
+  std::optional<PipelineProblem> plain, interleaved;
+  for (ScheduleKind kind : kinds) {
+    if (make_schedule(kind)->needs_virtual_stages()) {
+      if (interleaved_cost == nullptr) continue;  // as make_search_candidates() under auto
+      if (!interleaved) {
+        interleaved = make_pipeline_problem(*interleaved_cost, microbatches, recompute,
+                                            {config.pp, kInterleavedChunks}, memory_limit_bytes);
+      }
+      candidates.push_back({kind, recompute, *interleaved});
+    } else {
+      if (!plain) {
+        plain = make_pipeline_problem(*cost, microbatches, recompute, {config.pp, 1},
+                                      memory_limit_bytes);
+      }
+      candidates.push_back({kind, recompute, *plain});
+    }
+  }
+  return candidates;
+}
+
+// The best schedule x recompute of every replica's micro-batches.
+Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
+                                      const std::vector<std::vector<MicroBatch>>& replicas,
+                                      ScheduleKind schedule, bool quick,
+                                      Recompute recompute) const {
   const Impl& m = *this;
-  const BatchingResult batching = make_microbatches(batch, *m.cost, options);
   Choice choice;
-  for (std::size_t r = 0; r < batching.replicas.size(); ++r) {
+  choice.schedule = schedule;
+  for (std::size_t r = 0; r < replicas.size(); ++r) {
     ReplicaChoice replica;
-    replica.microbatches = batching.replicas[r];
+    replica.microbatches = replicas[r];
     if (replica.microbatches.empty()) {
       throw Error(ErrorKind::Infeasible,
                   cat("iteration ", batch.index, ": ", batch.samples.size(),
                       " samples cannot feed --dp ", m.config.dp,
                       " replicas; raise --global-batch-tokens or lower --dp"));
     }
-    replica.candidates = make_search_candidates(m.schedule, *m.cost, m.interleaved_cost.get(),
-                                                replica.microbatches, m.config.pp, m.memory_limit_bytes);
-    if (options.recompute) {
-      // One mode for the whole run: the schedule search keeps the batching's.
-      std::erase_if(replica.candidates,
-                    [&](const SearchCandidate& c) { return c.recompute != *options.recompute; });
-    }
     SearchOptions search_options;
     search_options.seed = m.config.seed;
+    auto all_candidates = [&] {
+      std::vector<SearchCandidate> candidates =
+          make_search_candidates(schedule, *m.cost, m.interleaved_cost.get(),
+                                 replica.microbatches, m.config.pp, m.memory_limit_bytes);
+      if (m.batching.recompute) {
+        // One mode for the whole run (--recompute): the search keeps the batching's.
+        std::erase_if(candidates, [&](const SearchCandidate& c) {
+          return c.recompute != *m.batching.recompute;
+        });
+      }
+      return candidates;
+    };
     try {
-      replica.best = search_schedule(replica.candidates, search_options);
+      if (quick) {
+        // The batching's own recompute mode, as given, costed for that mode only; if that
+        // fits no schedule, a heavier mode may (the simulator's peaks are not the DP's
+        // memory rule): all of them.
+        SearchOptions quick_options = search_options;
+        quick_options.permute = false;
+        replica.candidates = m.own_mode_candidates(schedule, replica.microbatches, recompute);
+        try {
+          replica.best = search_schedule(replica.candidates, quick_options);
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+          replica.candidates = all_candidates();
+          replica.best = search_schedule(replica.candidates, quick_options);
+        }
+      } else {
+        replica.candidates = all_candidates();
+        replica.best = search_schedule(replica.candidates, search_options);
+      }
     } catch (const Error& e) {
       throw Error(e.kind(), cat("iteration ", batch.index, " replica ", r, ": ", e.what()));
     }
@@ -147,6 +275,144 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
   return choice;
 }
 
+// The DP strategies' micro-batchings, each ranked by a quick search: one DP per memory
+// rule planned for (and, for dynapipe, per varlen order), the best of each order again
+// with a head and a tail, and a line search on the bubble weight of the best.
+std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const {
+  const Impl& m = *this;
+  std::vector<std::pair<BatchingOptions, ScheduleKind>> plans{{m.batching, m.schedule}};
+  for (const DpTarget& target : m.more_targets) {
+    BatchingOptions planned_for = m.batching;
+    planned_for.in_flight = target.in_flight;
+    planned_for.bubble_weight = target.bubble_weight;
+    plans.emplace_back(planned_for, target.schedule);
+  }
+  const bool varlen = m.batching.strategy == Strategy::DynaPipe;
+  if (varlen) {
+    // Both varlen orders for every rule; the simulation decides (the DP's objective
+    // ranks them poorly, docs/batching.md "Ordering for varlen").
+    const std::size_t rules = plans.size();
+    for (std::size_t k = 0; k < rules; ++k) {
+      plans[k].first.varlen_order = VarlenOrder::Sorted;
+      plans.push_back(plans[k]);
+      plans.back().first.varlen_order = VarlenOrder::PackedRows;
+    }
+    // And packing-varlen's rows merged only within the row capacity: micro-batches of
+    // gradually falling size, which zb1p and 1F1B drain better than equal large ones.
+    for (std::size_t k = 0; k < rules; ++k) {
+      plans.push_back(plans[rules + k]);
+      plans.back().first.varlen_row_capacity = true;
+    }
+  }
+  auto attempt = [&](auto&& make) -> std::optional<Choice> {
+    try {
+      return make();
+    } catch (const Error& e) {
+      // Nothing fits that schedule's rule, or no candidate of it fits: keep the others.
+      if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+      return std::nullopt;
+    }
+  };
+  BatchingCache cache;  // segment costs shared by every DP below
+  // The first plan's errors are the planner's (e.g. a sample that fits nowhere).
+  std::vector<Choice> ranked{
+      m.search(batch, plans.front().first, plans.front().second, true, &cache)};
+  std::vector<std::size_t> best_of_order{0};  // per order: index into ranked
+  for (std::size_t k = 1; k < plans.size(); ++k) {
+    const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order ||
+                           plans[k].first.varlen_row_capacity != plans[k - 1].first.varlen_row_capacity;
+    std::optional<Choice> c =
+        attempt([&] { return m.search(batch, plans[k].first, plans[k].second, true, &cache); });
+    if (!c) continue;
+    ranked.push_back(std::move(*c));
+    if (new_order) {
+      best_of_order.push_back(ranked.size() - 1);
+    } else if (ranked.back().est_ms < ranked[best_of_order.back()].est_ms) {
+      best_of_order.back() = ranked.size() - 1;
+    }
+  }
+  if (varlen && m.options.head_and_tail) {
+    // Each order's best cuts again with small micro-batches first and last
+    // (batching/head_tail.h).
+    for (std::size_t k : best_of_order) {
+      const Choice& base = ranked[k];
+      std::vector<std::vector<MicroBatch>> replicas;
+      for (const ReplicaChoice& replica : base.replicas) {
+        replicas.push_back(split_head_and_tail(batch, replica.microbatches, *m.cost,
+                                               base.dp_recompute, m.batching));
+      }
+      Choice other = m.search_replicas(batch, replicas, base.schedule, true, base.dp_recompute);
+      other.batching = base.batching;
+      other.dp_recompute = base.dp_recompute;
+      ranked.push_back(std::move(other));
+    }
+  }
+  auto best = [&] {
+    return std::min_element(ranked.begin(), ranked.end(), [](const Choice& a, const Choice& b) {
+      return a.est_ms < b.est_ms;
+    });
+  };
+  if (m.options.schedule_aware_dp && m.config.pp > 1) {
+    // DP ↔ simulation: a line search on the bubble weight of the best plan's memory rule.
+    // (p − 1)·max t only approximates what a schedule loses to fill, drain and unequal
+    // micro-batches, so the DP runs again with β doubled (smaller micro-batches) and, if
+    // that did not help, halved; each step continues while the simulation improves.
+    const Choice start = *best();
+    for (double factor : {2.0, 0.5}) {
+      bool improved = false;
+      BatchingOptions again = start.batching;
+      double est = start.est_ms;
+      for (int step = 0; step < 2; ++step) {
+        again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
+        std::optional<Choice> c =
+            attempt([&] { return m.search(batch, again, start.schedule, true, &cache); });
+        if (!c || !(c->est_ms < est)) break;
+        est = c->est_ms;
+        ranked.push_back(std::move(*c));
+        improved = true;
+      }
+      if (improved) break;
+    }
+  }
+  return ranked;
+}
+
+// The plan of one iteration: baselines search their one micro-batching; the DP strategies
+// rank theirs quickly and search the three best in full (every recompute mode, permuted
+// orders), keeping the faster.
+Choice Planner::Impl::choose(const GlobalBatch& batch) const {
+  const Impl& m = *this;
+  if (!is_dp_strategy(m.batching.strategy)) return m.search(batch, m.batching, m.schedule);
+  std::vector<Choice> ranked = rank_dp_plans(batch);
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Choice& a, const Choice& b) { return a.est_ms < b.est_ms; });
+  constexpr std::size_t kFullSearches = 3;
+  std::optional<Choice> choice;
+  for (std::size_t k = 0; k < std::min(kFullSearches, ranked.size()); ++k) {
+    std::vector<std::vector<MicroBatch>> replicas;
+    for (const ReplicaChoice& replica : ranked[k].replicas) replicas.push_back(replica.microbatches);
+    Choice full = m.search_replicas(batch, replicas, ranked[k].schedule);
+    full.batching = ranked[k].batching;
+    full.dp_recompute = ranked[k].dp_recompute;
+    if (!choice || full.est_ms < choice->est_ms) choice = std::move(full);
+  }
+  // The DP sizes micro-batches to the 1F1B memory rule; schedules that keep more in
+  // flight (zb1p, cyclic) may only fit smaller ones. Optionally also the DP under a
+  // tighter activation budget (PlannerOptions::activation_budget_shares).
+  for (double share : m.options.activation_budget_shares) {
+    BatchingOptions tighter = m.batching;
+    tighter.memory_limit_bytes =
+        m.max_static_bytes +
+        static_cast<std::int64_t>(share * static_cast<double>(m.memory_limit_bytes - m.max_static_bytes));
+    try {
+      Choice other = m.search(batch, tighter, m.schedule);
+      if (other.est_ms < choice->est_ms) choice = std::move(other);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Infeasible) throw;  // a sample alone no longer fits: skip
+    }
+  }
+  return std::move(*choice);
+}
 
 Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
     : impl_(std::make_unique<Impl>()) {
@@ -228,6 +494,26 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   b.fixed_batch = config.micro_batch_size;
   b.recompute = config.recompute;
   b.validate();
+
+  // DP strategies plan their cuts for the schedule: one DP per schedule family, each
+  // searched with that schedule (the 1F1B rule with every schedule under auto).
+  if (is_dp_strategy(b.strategy) && options.schedule_aware_dp && config.pp > 1) {
+    const DpTarget zb{ScheduleKind::Zb1p, std::vector<int>(static_cast<std::size_t>(config.pp), config.pp),
+                      zero_bubble_weight(*m.cost, b)};
+    const bool interleaved = m.interleaved_cost != nullptr;
+    const DpTarget il{ScheduleKind::Interleaved, interleaved_in_flight(config.pp, kInterleavedChunks),
+                      1.0 / kInterleavedChunks};
+    if (config.schedule == ScheduleKind::Zb1p) {
+      b.in_flight = zb.in_flight;
+      b.bubble_weight = zb.bubble_weight;
+    } else if (config.schedule == ScheduleKind::Interleaved) {
+      b.in_flight = il.in_flight;
+      b.bubble_weight = il.bubble_weight;
+    } else if (config.schedule == ScheduleKind::Auto) {
+      m.more_targets.push_back(zb);
+      if (interleaved) m.more_targets.push_back(il);
+    }
+  }
 }
 
 Planner::~Planner() = default;
@@ -248,24 +534,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
   iteration.sample_ids.reserve(batch.samples.size());
   for (const Sample& s : batch.samples) iteration.sample_ids.push_back(s.id);
 
-  Choice choice = m.search(batch, m.batching);
-  if (m.batching.strategy == Strategy::DynaPipe) {
-    // The DP sizes micro-batches to the 1F1B memory rule; schedules that keep more in
-    // flight (zb1p, cyclic) may only fit smaller ones. Also try the DP under a tighter
-    // activation budget and keep whichever simulates faster.
-    for (double share : m.options.activation_budget_shares) {
-      BatchingOptions tighter = m.batching;
-      tighter.memory_limit_bytes =
-          m.max_static_bytes +
-          static_cast<std::int64_t>(share * static_cast<double>(m.memory_limit_bytes - m.max_static_bytes));
-      try {
-        Choice other = m.search(batch, tighter);
-        if (other.est_ms < choice.est_ms) choice = std::move(other);
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::Infeasible) throw;  // a sample alone no longer fits: skip
-      }
-    }
-  }
+  Choice choice = m.choose(batch);
   std::int64_t real_tokens = 0, computed_tokens = 0;
   for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
     const std::vector<MicroBatch>& microbatches = choice.replicas[r].microbatches;

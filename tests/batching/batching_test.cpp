@@ -7,6 +7,7 @@
 #include <set>
 
 #include "batching/random_batches.h"
+#include "dynapipe/batching/head_tail.h"
 #include "dynapipe/batching/ordering.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
@@ -54,16 +55,21 @@ TEST(StrategyTest, NamesRoundTrip) {
     ASSERT_TRUE(parsed.has_value()) << name;
     EXPECT_EQ(strategy_name(*parsed), name);
   }
-  EXPECT_EQ(strategy_names().size(), 6u);
+  EXPECT_EQ(strategy_names().size(), 7u);
+  EXPECT_EQ(strategy_names().front(), "dynapipe");  // the default comes first
+  EXPECT_EQ(parse_strategy("dynapipe-padded"), Strategy::DynaPipePadded);
   EXPECT_EQ(strategy_name(Strategy::PackingVarlen), "packing-varlen");
   EXPECT_FALSE(parse_strategy("Padding").has_value());
 }
 
+constexpr Strategy kPadded = Strategy::DynaPipePadded;
+
+// The paper's formulation (dynapipe-padded) on the reference's fixtures.
 TEST(DynaPipeTest, ReferenceFixtureFourStages) {
   const FakeCostModel model({.num_stages = 4});
   const GlobalBatch batch = gpt_batch({1000, 980, 500, 490, 480, 100, 90, 80});
   const BatchingResult result =
-      make_microbatches(batch, model, {.num_stages = 4, .max_seqlen = 2048});
+      make_microbatches(batch, model, {.strategy = kPadded, .num_stages = 4, .max_seqlen = 2048});
   ASSERT_EQ(result.replicas.size(), 1u);
   const std::vector<MicroBatch>& mbs = result.replicas[0];
   EXPECT_NEAR(result.objective_ms, 32.376, 1e-9);
@@ -85,7 +91,8 @@ TEST(DynaPipeTest, ReferenceThinningIsWorseThanExact) {
   const FakeCostModel model({.num_stages = 4});
   const GlobalBatch batch = gpt_batch({1000, 980, 500, 490, 480, 100, 90, 80});
   const BatchingResult result = make_microbatches(
-      batch, model, {.num_stages = 4, .max_seqlen = 2048, .min_tmax_interval_ms = 5});
+      batch, model,
+      {.strategy = kPadded, .num_stages = 4, .max_seqlen = 2048, .min_tmax_interval_ms = 5});
   // The thinned DP picks cuts 0,1,2,5 (its own threshold objective is 39.204); the
   // result reports that partition's real objective: 17.424 + 3·6.036.
   EXPECT_EQ(ids_of(result.replicas[0]),
@@ -97,7 +104,8 @@ TEST(DynaPipeTest, ReferenceFixtureOneStage) {
   const FakeCostModel model({.num_stages = 1});
   // Shuffled on purpose: the DP sorts.
   const GlobalBatch batch = gpt_batch({300, 2048, 40, 1500, 700, 16, 1200, 120, 650, 64});
-  const BatchingResult result = make_microbatches(batch, model, {.max_seqlen = 2048});
+  const BatchingResult result =
+      make_microbatches(batch, model, {.strategy = kPadded, .max_seqlen = 2048});
   EXPECT_NEAR(result.objective_ms, 28.944, 1e-9);
   EXPECT_EQ(ids_of(result.replicas[0]),
             (std::vector<std::vector<SampleId>>{{1}, {3, 6}, {4, 8, 0}, {7, 9, 2, 5}}));
@@ -107,7 +115,8 @@ TEST(DynaPipeTest, GptShapeCountsInputPlusTarget) {
   const FakeCostModel model({.num_stages = 1});
   GlobalBatch batch;
   batch.samples = {{.id = 3, .input_len = 10, .target_len = 7}};
-  const BatchingResult result = make_microbatches(batch, model, {.max_seqlen = 64});
+  const BatchingResult result =
+      make_microbatches(batch, model, {.strategy = kPadded, .max_seqlen = 64});
   ASSERT_EQ(result.replicas[0].size(), 1u);
   EXPECT_EQ(result.replicas[0][0].shape, (MicroBatchShape{1, 24, 0}));
   EXPECT_EQ(result.replicas[0][0].real_tokens, 17);
@@ -120,12 +129,105 @@ TEST(DynaPipeTest, T5DecoderReadsBosPlusTarget) {
   batch.samples = {{.id = 0, .input_len = 9, .target_len = 7},
                    {.id = 1, .input_len = 3, .target_len = 8}};
   const BatchingResult result = make_microbatches(
-      batch, model, {.kind = ModelKind::T5, .max_seqlen = 64, .max_target_len = 16});
+      batch, model,
+      {.strategy = kPadded, .kind = ModelKind::T5, .max_seqlen = 64, .max_target_len = 16});
   ASSERT_EQ(result.replicas[0].size(), 1u);  // one micro-batch beats two at p = 1
   // enc round8(9) = 16; dec round8(max(7, 8) + 1) = 16.
   EXPECT_EQ(result.replicas[0][0].shape, (MicroBatchShape{2, 16, 16}));
   EXPECT_EQ(result.replicas[0][0].real_tokens, 27);
   EXPECT_EQ(result.replicas[0][0].target_tokens, 15);
+}
+
+// dynapipe (varlen): the same fixture with block-diagonal micro-batches, hand-checked.
+// t = 3·(0.5 + 0.001·round8(Σ L)). The longest sample alone costs 4.5 ms, so the best
+// partition keeps every micro-batch within 1000 tokens with as few as possible:
+// 1000 | 980 | 500+490 (992) | 480+100+90+80 (752): Σ t = 6 + 0.003·3728 = 17.184,
+// objective 17.184 + 3·4.5 = 30.684 (padded: 32.376).
+TEST(DynaPipeVarlenTest, ReferenceFixtureFourStages) {
+  const FakeCostModel model({.num_stages = 4});
+  const GlobalBatch batch = gpt_batch({1000, 980, 500, 490, 480, 100, 90, 80});
+  const BatchingResult result =
+      make_microbatches(batch, model, {.num_stages = 4, .max_seqlen = 2048});
+  const std::vector<MicroBatch>& mbs = result.replicas[0];
+  EXPECT_NEAR(result.objective_ms, 30.684, 1e-9);
+  EXPECT_EQ(ids_of(mbs), (std::vector<std::vector<SampleId>>{{0}, {1}, {2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(shapes_of(mbs), (std::vector<MicroBatchShape>{
+                                {1, 1000, 0}, {1, 984, 0}, {1, 992, 0}, {1, 752, 0}}));
+  for (const MicroBatch& mb : mbs) {
+    EXPECT_EQ(mb.rows, (std::vector<std::vector<SampleId>>{mb.sample_ids}));  // one row
+  }
+  EXPECT_DOUBLE_EQ(mbs[2].density.enc, (500.0 * 500 + 490.0 * 490) / (992.0 * 992));
+  EXPECT_EQ(mbs[2].density.dec, 1.0);
+  EXPECT_EQ(padding_efficiency(result), 3720.0 / 3728.0);
+}
+
+TEST(DynaPipeVarlenTest, TokensMayExceedMaxSeqlenAndT5SumsBothSides) {
+  const FakeCostModel model({.num_stages = 1});
+  // p = 1: one micro-batch of all samples is optimal, 4·60 = 240 tokens > max_seqlen 64.
+  const BatchingResult gpt = make_microbatches(gpt_batch({60, 60, 60, 60}), model, {.max_seqlen = 64});
+  ASSERT_EQ(gpt.replicas[0].size(), 1u);
+  EXPECT_EQ(gpt.replicas[0][0].shape, (MicroBatchShape{1, 240, 0}));
+  GlobalBatch batch;
+  batch.samples = {{.id = 0, .input_len = 9, .target_len = 7},
+                   {.id = 1, .input_len = 3, .target_len = 8}};
+  const BatchingResult t5 = make_microbatches(
+      batch, model, {.kind = ModelKind::T5, .max_seqlen = 64, .max_target_len = 16});
+  ASSERT_EQ(t5.replicas[0].size(), 1u);
+  const MicroBatch& mb = t5.replicas[0][0];
+  // enc round8(9 + 3) = 16; dec round8((7 + 1) + (8 + 1)) = 24.
+  EXPECT_EQ(mb.shape, (MicroBatchShape{1, 16, 24}));
+  EXPECT_DOUBLE_EQ(mb.density.enc, (81.0 + 9.0) / 256.0);
+  EXPECT_DOUBLE_EQ(mb.density.dec, (64.0 + 81.0) / 576.0);
+  EXPECT_EQ(mb.real_tokens, 27);
+}
+
+// The schedule-aware options: zb1p-like k_s = p on every stage sizes micro-batches for
+// stage p − 1 holding p of them; a smaller bubble weight favours fewer, larger ones.
+TEST(DynaPipeVarlenTest, InFlightAndBubbleWeightShapeTheCuts) {
+  const FakeCostModel model({.num_stages = 4, .bytes_per_token = 100, .full_bytes_per_token = 100});
+  const GlobalBatch batch = gpt_batch({1000, 980, 500, 490, 480, 100, 90, 80});
+  // 1F1B: stage 0 holds 4 micro-batches of at most 1000 tokens → 400,000 bytes.
+  BatchingOptions options{.num_stages = 4, .memory_limit_bytes = 400'000, .max_seqlen = 2048};
+  EXPECT_NEAR(make_microbatches(batch, model, options).objective_ms, 30.684, 1e-9);
+  options.in_flight = {4, 4, 4, 4};
+  EXPECT_NEAR(make_microbatches(batch, model, options).objective_ms, 30.684, 1e-9);
+  options.memory_limit_bytes = 399'999;  // 1000 tokens no longer fit 4 in flight
+  const BatchingResult one = make_microbatches(batch, model, options);
+  EXPECT_TRUE(one.one_in_flight);
+  options = {.num_stages = 4, .max_seqlen = 2048, .bubble_weight = 0.1};
+  // Σ t dominates: 1000+980 | 500+490+480+100+90+80 → 1984 and 1744 tokens:
+  // Σ t = 3 + 0.003·3728 = 14.184, max 3·(0.5 + 1.984) = 7.452, 14.184 + 0.3·7.452.
+  const BatchingResult wide = make_microbatches(batch, model, options);
+  EXPECT_EQ(wide.replicas[0].size(), 2u);
+  EXPECT_NEAR(wide.objective_ms, 14.184 + 0.3 * 7.452, 1e-9);
+}
+
+// Slowest first; the fastest micro-batch with two or more samples becomes a head and a
+// tail half. DP cut (varlen fixture): {0} 4.5 ms, {1} 4.452, {2, 3} 4.476,
+// {4, 5, 6, 7} 3.756 → head {4, 5} | {0} | {2, 3} | {1} | tail {6, 7}.
+TEST(HeadTailTest, SlowestFirstFastestSplitIntoHeadAndTail) {
+  const FakeCostModel model({.num_stages = 4});
+  const GlobalBatch batch = gpt_batch({1000, 980, 500, 490, 480, 100, 90, 80});
+  const BatchingOptions options{.num_stages = 4, .max_seqlen = 2048};
+  const BatchingResult result = make_microbatches(batch, model, options);
+  const std::vector<MicroBatch> mbs =
+      split_head_and_tail(batch, result.replicas[0], model, result.recompute, options);
+  EXPECT_EQ(ids_of(mbs), (std::vector<std::vector<SampleId>>{{4, 5}, {0}, {2, 3}, {1}, {6, 7}}));
+  EXPECT_EQ(shapes_of(mbs), (std::vector<MicroBatchShape>{
+                                {1, 584, 0}, {1, 1000, 0}, {1, 992, 0}, {1, 984, 0}, {1, 176, 0}}));
+  for (std::size_t k = 0; k < mbs.size(); ++k) {
+    EXPECT_EQ(mbs[k].id, static_cast<int>(k));
+    EXPECT_EQ(mbs[k].rows, (std::vector<std::vector<SampleId>>{mbs[k].sample_ids}));
+  }
+  // Nothing to split (one sample each): only the order changes, slowest first.
+  std::vector<MicroBatch> singles(2);
+  singles[0].sample_ids = {0};
+  singles[0].shape = {1, 104, 0};
+  singles[1].sample_ids = {1};
+  singles[1].shape = {1, 304, 0};
+  EXPECT_EQ(ids_of(split_head_and_tail(gpt_batch({100, 300}), singles, model, Recompute::None,
+                                       options)),
+            (std::vector<std::vector<SampleId>>{{1}, {0}}));
 }
 
 TEST(PaddingTest, DataOrderFixedBatchPaddedToMaxSeqlen) {
@@ -269,7 +371,8 @@ TEST(BatchingTest, EveryReplicaGetsWorkOrTheBatchIsRefused) {
   const FakeCostModel model({.num_stages = 1});
   const GlobalBatch three = gpt_batch({5, 60, 7});
   for (Strategy strategy : {Strategy::DynaPipe, Strategy::Padding, Strategy::Packing,
-                            Strategy::PackingVarlen, Strategy::TokenBased}) {
+                            Strategy::PackingVarlen, Strategy::TokenBased,
+                            Strategy::DynaPipePadded}) {
     const BatchingResult result =
         make_microbatches(three, model, {.strategy = strategy, .dp = 2, .max_seqlen = 64});
     ASSERT_EQ(result.replicas.size(), 2u);
@@ -321,6 +424,12 @@ RandomCase random_case(std::uint64_t seed) {
   for (int s = 0; s < c.options.num_stages; ++s) c.params.stage_scale.push_back(rng.uniform(0.8, 1.2));
   // Mostly limited: from "only one full-recompute row in flight" to roomy.
   if (rng.uniform() < 0.8) c.options.memory_limit_bytes = rng.uniform_int(3'000'000, 80'000'000);
+  // Planned for another schedule than 1F1B (zb1p-like: p in flight everywhere, a smaller
+  // bubble) in a quarter of the cases.
+  if (rng.uniform() < 0.25) {
+    c.options.in_flight.assign(static_cast<std::size_t>(c.options.num_stages), c.options.num_stages);
+    c.options.bubble_weight = rng.uniform(0.2, 1.0);
+  }
   return c;
 }
 
@@ -356,13 +465,28 @@ void check_result(const RandomCase& c, const FakeCostModel& model, const Batchin
         ASSERT_EQ(mb.shape.batch, static_cast<std::int64_t>(mb.sample_ids.size()));
         ASSERT_GE(mb.shape.seqlen, enc);
         ASSERT_GE(mb.shape.dec_seqlen, dec);
+      } else if (o.strategy == Strategy::DynaPipe) {  // one varlen row of every member
+        ASSERT_EQ(mb.rows, (std::vector<std::vector<SampleId>>{mb.sample_ids}));
+        ASSERT_EQ(mb.shape.batch, 1);
+        std::int64_t enc_sum = 0, dec_sum = 0;
+        for (SampleId id : mb.sample_ids) {
+          const Sample& s = c.batch.samples[static_cast<std::size_t>(id)];
+          enc_sum += o.kind == ModelKind::Gpt ? s.input_len + s.target_len : s.input_len;
+          dec_sum += o.kind == ModelKind::Gpt ? 0 : s.target_len + 1;
+        }
+        ASSERT_EQ(mb.shape.seqlen, round_up(enc_sum, o.seqlen_multiple));
+        ASSERT_EQ(mb.shape.dec_seqlen, round_up(dec_sum, o.seqlen_multiple));
+        ASSERT_LE(mb.density.enc, 1.0);
+        ASSERT_LE(mb.density.dec, 1.0);
       } else {
         ASSERT_EQ(mb.shape.batch, static_cast<std::int64_t>(mb.rows.size()));
         ASSERT_LE(mb.shape.seqlen, round_up(o.max_seqlen, o.seqlen_multiple));
       }
       for (int s = 0; s < o.num_stages; ++s) {
         const StageCost cost = model.stage_cost(s, mb.shape, mb.density, r.recompute);
-        const std::int64_t k_s = r.one_in_flight ? 1 : o.num_stages - s;
+        const std::int64_t k_s = r.one_in_flight       ? 1
+                                 : o.in_flight.empty() ? o.num_stages - s
+                                                       : o.in_flight[static_cast<std::size_t>(s)];
         if (o.memory_limit_bytes > 0) {
           ASSERT_LE(model.static_bytes(s) + k_s * cost.stored_bytes + cost.peak_bytes,
                     o.memory_limit_bytes)
@@ -371,7 +495,7 @@ void check_result(const RandomCase& c, const FakeCostModel& model, const Batchin
       }
       times.push_back(microbatch_time_ms(model, mb, r.recompute));
     }
-    objective = std::max(objective, pipeline_objective_ms(times, o.num_stages));
+    objective = std::max(objective, pipeline_objective_ms(times, o.num_stages, o.bubble_weight));
   }
   std::multiset<SampleId> all;
   for (const Sample& s : c.batch.samples) all.insert(s.id);
@@ -380,14 +504,15 @@ void check_result(const RandomCase& c, const FakeCostModel& model, const Batchin
 }
 
 TEST(BatchingPropertyTest, EveryStrategyCoversFitsAndIsDeterministic) {
-  constexpr Strategy kStrategies[] = {Strategy::DynaPipe, Strategy::Padding, Strategy::Packing,
-                                      Strategy::PackingVarlen, Strategy::TokenBased};
-  int compared_padding = 0, compared_token = 0;
+  constexpr Strategy kStrategies[] = {Strategy::DynaPipePadded, Strategy::Padding,
+                                      Strategy::Packing,        Strategy::PackingVarlen,
+                                      Strategy::TokenBased,     Strategy::DynaPipe};
+  int compared_padding = 0, compared_token = 0, compared_varlen = 0, compared_rows = 0;
   for (std::uint64_t seed = 1; seed <= 1500; ++seed) {
     RandomCase c = random_case(seed);
     const FakeCostModel model(c.params);
-    std::optional<BatchingResult> results[5];
-    for (int s = 0; s < 5; ++s) {
+    std::optional<BatchingResult> results[6];
+    for (int s = 0; s < 6; ++s) {
       c.options.strategy = kStrategies[s];
       try {
         results[s] = make_microbatches(c.batch, model, c.options);
@@ -399,9 +524,12 @@ TEST(BatchingPropertyTest, EveryStrategyCoversFitsAndIsDeterministic) {
       ASSERT_NO_FATAL_FAILURE(check_result(c, model, *results[s], seed))
           << strategy_name(kStrategies[s]);
     }
-    // Same cost model, same memory rule: DynaPipe is never worse than padding (its
+    // Same cost model, same memory rule: dynapipe-padded is never worse than padding (its
     // sorted shards can copy padding's micro-batch sizes at lower lengths) and, with one
     // replica, never worse than token-based (a consecutive partition of the same order).
+    // Varlen dynapipe, one replica, never worse than dynapipe-padded: the same segment
+    // costs no more as one block-diagonal row (round8(Σ L) <= b·round8(max L), Σ L² <=
+    // b·max L²), so every padded partition has a varlen one at most as slow.
     const auto& dyna = results[0];
     if (dyna && results[1] && dyna->one_in_flight == results[1]->one_in_flight) {
       EXPECT_LE(dyna->objective_ms, results[1]->objective_ms * (1 + 1e-12)) << "seed " << seed;
@@ -412,8 +540,23 @@ TEST(BatchingPropertyTest, EveryStrategyCoversFitsAndIsDeterministic) {
       EXPECT_LE(dyna->objective_ms, results[4]->objective_ms * (1 + 1e-12)) << "seed " << seed;
       ++compared_token;
     }
+    const auto& varlen = results[5];
+    if (dyna && varlen && c.options.dp == 1) {
+      ASSERT_TRUE(!varlen->one_in_flight || dyna->one_in_flight) << "seed " << seed;
+      if (varlen->one_in_flight == dyna->one_in_flight) {
+        EXPECT_LE(varlen->objective_ms, dyna->objective_ms * (1 + 1e-12)) << "seed " << seed;
+        ++compared_varlen;
+      }
+    }
+    // ... and never worse than packing-varlen: its micro-batches are runs of the packed-rows
+    // order, each no faster and no lighter than the same samples in one varlen row.
+    const auto& rows = results[3];
+    if (varlen && rows && c.options.dp == 1 && varlen->one_in_flight == rows->one_in_flight) {
+      EXPECT_LE(varlen->objective_ms, rows->objective_ms * (1 + 1e-12)) << "seed " << seed;
+      ++compared_rows;
+    }
     if (seed % 10 == 0 && dyna) {  // determinism
-      c.options.strategy = Strategy::DynaPipe;
+      c.options.strategy = Strategy::DynaPipePadded;
       const BatchingResult again = make_microbatches(c.batch, model, c.options);
       ASSERT_EQ(again.objective_ms, dyna->objective_ms);
       for (std::size_t r = 0; r < again.replicas.size(); ++r) {
@@ -424,16 +567,54 @@ TEST(BatchingPropertyTest, EveryStrategyCoversFitsAndIsDeterministic) {
   }
   EXPECT_GT(compared_padding, 1000);
   EXPECT_GT(compared_token, 300);
+  EXPECT_GT(compared_varlen, 300);
+  EXPECT_GT(compared_rows, 300);
 }
 
-// End to end, one replica: the DynaPipe result equals the best over every cut set of the
-// sorted order, every recompute mode, under the first memory rule that admits any.
+// A micro-batch of `members` as the DP strategies form it, built here independently:
+// padded rows (dynapipe-padded) or one block-diagonal row (dynapipe).
+MicroBatch brute_force_microbatch(const RandomCase& c, const std::vector<std::size_t>& members) {
+  const bool gpt = c.options.kind == ModelKind::Gpt;
+  std::int64_t enc = 0, dec = 0, enc_sum = 0, dec_sum = 0;
+  double enc_sq = 0, dec_sq = 0;
+  for (std::size_t k : members) {
+    const Sample& s = c.batch.samples[k];
+    const std::int64_t e = gpt ? s.input_len + s.target_len : s.input_len;
+    const std::int64_t d = gpt ? 0 : s.target_len + 1;
+    enc = std::max(enc, e);
+    dec = std::max(dec, d);
+    enc_sum += e;
+    dec_sum += d;
+    enc_sq += static_cast<double>(e * e);
+    dec_sq += static_cast<double>(d * d);
+  }
+  MicroBatch mb;
+  if (c.options.strategy == Strategy::DynaPipePadded) {
+    mb.shape = {static_cast<std::int64_t>(members.size()), round_up(enc, 8), round_up(dec, 8)};
+    return mb;
+  }
+  mb.shape = {1, round_up(enc_sum, 8), round_up(dec_sum, 8)};
+  const double se = static_cast<double>(mb.shape.seqlen), sd = static_cast<double>(mb.shape.dec_seqlen);
+  mb.density.enc = enc_sq / (se * se);
+  if (!gpt) mb.density.dec = dec_sq / (sd * sd);
+  return mb;
+}
+
+// End to end, one replica: each DP strategy's result equals the best over every cut set
+// of the sorted order, every recompute mode, under the first memory rule that admits
+// any, for the random schedule options (in-flight counts, bubble weight) of the case.
 TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
   int checked = 0;
-  for (std::uint64_t seed = 1; seed <= 400; ++seed) {
+  for (std::uint64_t seed = 1; seed <= 500; ++seed) {
     RandomCase c = random_case(seed);
     c.options.dp = 1;
-    c.batch.samples.resize(std::min<std::size_t>(c.batch.samples.size(), 11));
+    c.options.strategy = seed % 2 == 0 ? Strategy::DynaPipe : Strategy::DynaPipePadded;
+    // dynapipe within packing-varlen's row capacity in a quarter of its cases.
+    c.options.varlen_row_capacity = seed % 4 == 0;
+    const std::int64_t dec_capacity =
+        c.options.kind == ModelKind::T5 ? c.options.max_target_len + 1 : 0;
+    const std::size_t cap = seed % 4 < 2 ? 12 : 10;  // 2^11 cut sets at most; keeps it short
+    c.batch.samples.resize(std::min(c.batch.samples.size(), cap));
     const FakeCostModel model(c.params);
     BatchingResult got;
     try {
@@ -442,38 +623,54 @@ TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
       ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
       continue;
     }
-    const std::vector<std::size_t> order = order_samples(
-        c.batch.samples, c.options.kind, c.options.kind == ModelKind::T5 ? 64 : 1);
-    const int n = static_cast<int>(order.size()), p = c.options.num_stages;
+    // dynapipe cuts both varlen orders and keeps the better.
+    std::vector<std::vector<std::size_t>> orders{order_samples(
+        c.batch.samples, c.options.kind, c.options.kind == ModelKind::T5 ? 64 : 1)};
+    if (c.options.strategy == Strategy::DynaPipe) {
+      orders.push_back(order_packed_rows(c.batch.samples, c.options.kind, c.options.max_seqlen,
+                                         c.options.kind == ModelKind::T5 ? c.options.max_target_len + 1 : 0));
+    }
+    const int n = static_cast<int>(orders[0].size()), p = c.options.num_stages;
     double expected = std::numeric_limits<double>::infinity();
     for (bool one_in_flight : {false, true}) {
       for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+       for (const std::vector<std::size_t>& order : orders) {
         for (std::uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
           std::vector<double> times;
           bool fits = true;
           for (int begin = 0; begin < n && fits;) {
             int end = begin + 1;
             while (end < n && !(mask & (1u << (end - 1)))) ++end;
-            std::vector<std::size_t> members(order.begin() + begin, order.begin() + end);
-            std::int64_t enc = 0, dec = 0;
-            for (std::size_t k : members) {
-              const Sample& s = c.batch.samples[k];
-              enc = std::max<std::int64_t>(enc, c.options.kind == ModelKind::Gpt ? s.input_len + s.target_len : s.input_len);
-              dec = std::max<std::int64_t>(dec, c.options.kind == ModelKind::Gpt ? 0 : s.target_len + 1);
+            const std::vector<std::size_t> members(order.begin() + begin, order.begin() + end);
+            if (c.options.varlen_row_capacity && members.size() > 1) {
+              std::int64_t enc = 0, dec = 0;
+              for (std::size_t k : members) {
+                const Sample& s = c.batch.samples[k];
+                enc += c.options.kind == ModelKind::Gpt ? s.input_len + s.target_len : s.input_len;
+                dec += c.options.kind == ModelKind::Gpt ? 0 : s.target_len + 1;
+              }
+              if (enc > c.options.max_seqlen || (dec_capacity > 0 && dec > dec_capacity)) {
+                fits = false;
+                break;
+              }
             }
-            MicroBatch mb;
-            mb.shape = {static_cast<std::int64_t>(members.size()), round_up(enc, 8), round_up(dec, 8)};
+            const MicroBatch mb = brute_force_microbatch(c, members);
             for (int s = 0; s < p && c.options.memory_limit_bytes > 0; ++s) {
-              const StageCost cost = model.stage_cost(s, mb.shape, {}, rc);
-              const std::int64_t k_s = one_in_flight ? 1 : p - s;
+              const StageCost cost = model.stage_cost(s, mb.shape, mb.density, rc);
+              const std::int64_t k_s = one_in_flight              ? 1
+                                       : c.options.in_flight.empty() ? p - s
+                                                                     : c.options.in_flight[s];
               fits = fits && model.static_bytes(s) + k_s * cost.stored_bytes + cost.peak_bytes <=
                                  c.options.memory_limit_bytes;
             }
             times.push_back(microbatch_time_ms(model, mb, rc));
             begin = end;
           }
-          if (fits) expected = std::min(expected, pipeline_objective_ms(times, p));
+          if (fits) {
+            expected = std::min(expected, pipeline_objective_ms(times, p, c.options.bubble_weight));
+          }
         }
+       }
       }
       if (expected < std::numeric_limits<double>::infinity()) {
         ASSERT_EQ(got.one_in_flight, one_in_flight) << "seed " << seed;
@@ -483,7 +680,40 @@ TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
     ASSERT_NEAR(got.objective_ms, expected, 1e-9 * std::max(1.0, expected)) << "seed " << seed;
     ++checked;
   }
-  EXPECT_GT(checked, 300);
+  EXPECT_GT(checked, 380);
+}
+
+// One cache over many calls on the same batch (other memory rules, bubble weights,
+// recompute limits) gives exactly the results of fresh calls.
+TEST(BatchingPropertyTest, CacheGivesTheSameResults) {
+  for (std::uint64_t seed = 1; seed <= 150; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.strategy = Strategy::DynaPipe;
+    const FakeCostModel model(c.params);
+    BatchingCache cache;
+    for (int variant = 0; variant < 3; ++variant) {
+      BatchingOptions o = c.options;
+      if (variant == 1) o.in_flight.assign(static_cast<std::size_t>(o.num_stages), o.num_stages);
+      if (variant == 2) o.bubble_weight = 0.3;
+      std::optional<BatchingResult> fresh, cached;
+      try {
+        fresh = make_microbatches(c.batch, model, o);
+      } catch (const Error& e) {
+        ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
+      }
+      try {
+        cached = make_microbatches(c.batch, model, o, &cache);
+      } catch (const Error& e) {
+        ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
+      }
+      ASSERT_EQ(fresh.has_value(), cached.has_value()) << "seed " << seed;
+      if (!fresh) continue;
+      ASSERT_EQ(fresh->objective_ms, cached->objective_ms) << "seed " << seed;
+      for (std::size_t r = 0; r < fresh->replicas.size(); ++r) {
+        ASSERT_EQ(ids_of(fresh->replicas[r]), ids_of(cached->replicas[r])) << "seed " << seed;
+      }
+    }
+  }
 }
 
 TEST(BatchingPropertyTest, AutoReplicaSplitIsTheBetterOfBoth) {

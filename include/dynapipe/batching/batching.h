@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -41,6 +42,14 @@ enum class ReplicaSplit : std::uint8_t {
   Auto,          // both below, keep the lower objective (ties: Microbatches)
   Microbatches,  // one DP over all samples with w = 1/dp, then Karmarkar–Karp on t(M)
   Samples,       // deal the ordered samples to replicas in a snake, then one DP per replica
+};
+
+// Which orders the varlen DP (Strategy::DynaPipe) cuts (docs/batching.md, "Ordering for
+// varlen").
+enum class VarlenOrder : std::uint8_t {
+  Both,        // both below, keep the lower objective (ties: Sorted)
+  Sorted,      // order_samples(): runs of similar lengths
+  PackedRows,  // order_packed_rows(): packing-varlen's rows in sequence
 };
 
 struct BatchingOptions {
@@ -65,6 +74,19 @@ struct BatchingOptions {
   // of max-time thresholds (PartitionOptions::min_tmax_interval_ms).
   double min_tmax_interval_ms = 0;
   ReplicaSplit replica_split = ReplicaSplit::Auto;  // dynapipe with dp > 1
+  VarlenOrder varlen_order = VarlenOrder::Both;     // dynapipe
+  // dynapipe: > 0 limits a micro-batch to max_seqlen model tokens (T5: input tokens, and
+  // max_target_len + 1 decoder tokens), the row capacity of packing-varlen; the planner
+  // tries it as one more candidate (docs/batching.md). false (default): token count free.
+  bool varlen_row_capacity = false;
+  // The schedule the micro-batches are planned for (docs/batching.md, "Schedule-aware
+  // DP"). in_flight[s] = k_s, the micro-batches whose activations stage s holds at once
+  // under that schedule (empty, the default: 1F1B's p − s); each entry >= 1, size p.
+  // bubble_weight scales the fill/drain term: objective = Σ t + bubble_weight·(p − 1)·max t
+  // (1 for 1F1B; less for schedules whose bubble is smaller), > 0. Every strategy is
+  // costed and fitted with them.
+  std::vector<int> in_flight = {};
+  double bubble_weight = 1.0;
   // T5 ordering bucket width in input tokens (order_samples()), >= 0.
   // 0 (default) = max_seqlen / 32 rounded up to seqlen_multiple (64 for 2048).
   std::int64_t t5_bucket_tokens = 0;
@@ -78,8 +100,25 @@ struct BatchingResult {
   // Every sample of the global batch is in exactly one micro-batch.
   std::vector<std::vector<MicroBatch>> replicas;
   Recompute recompute = Recompute::None;  // the mode the shapes were costed and fitted for
-  double objective_ms = 0;    // max over replicas of Σ t + (p − 1)·max t
+  double objective_ms = 0;    // max over replicas of Σ t + bubble_weight·(p − 1)·max t
   bool one_in_flight = false; // fitted with k_s = 1 (see the memory rule above)
+};
+
+// Segment costs kept between make_microbatches() calls on the same batch and cost model:
+// the varlen DP's segment costs do not depend on the memory rule or the bubble weight,
+// so the planner's several DPs of one iteration compute them once. A cache given another
+// batch or cost model starts over. Not thread-safe: one per planning thread.
+class BatchingCache {
+ public:
+  BatchingCache();
+  ~BatchingCache();
+  BatchingCache(const BatchingCache&) = delete;
+  BatchingCache& operator=(const BatchingCache&) = delete;
+  struct Store;
+  Store& store() { return *store_; }
+
+ private:
+  std::unique_ptr<Store> store_;
 };
 
 // Throws InvalidArgument for bad options, a sample longer than max_seqlen /
@@ -87,14 +126,15 @@ struct BatchingResult {
 // one sample alone (or, for padding, one padded row) does not fit in memory under any
 // recompute mode, naming the sample, its length, the bytes needed and the budget.
 BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost_model,
-                                 const BatchingOptions& options);
+                                 const BatchingOptions& options, BatchingCache* cache = nullptr);
 
 // t(M): the bottleneck stage's fwd_ms + bwd_ms for the micro-batch's shape and density.
 double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microbatch,
                           Recompute recompute);
 
-// Σ t + (p − 1)·max t over one replica's micro-batch times (0 for none).
-double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages);
+// Σ t + bubble_weight·(p − 1)·max t over one replica's micro-batch times (0 for none).
+double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages,
+                             double bubble_weight = 1.0);
 
 // Real tokens / tokens computed over every micro-batch of every replica (docs/plan-format.md):
 // Σ real_tokens / Σ shape.tokens(). 1 for an empty result.

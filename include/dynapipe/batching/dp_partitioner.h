@@ -59,6 +59,9 @@ class SegmentTable {
 struct PartitionOptions {
   int num_stages = 1;      // p >= 1
   double sum_weight = 1.0; // w > 0: 1 for one replica; 1/dp for the reference's dp objective
+  // > 0: scales the bubble term, objective w·Σt + bubble_weight·(p−1)·max t (a schedule
+  // with a shorter fill/drain than 1F1B's, docs/batching.md "Schedule-aware DP").
+  double bubble_weight = 1.0;
   // 0 (default): exact. > 0 reproduces the reference's thinning of the max-time
   // thresholds (keep a sorted candidate only if it exceeds the last kept one by more
   // than this); the objective is then the reference's threshold-based w·f_T + (p−1)·T.

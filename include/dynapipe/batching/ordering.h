@@ -29,6 +29,15 @@ namespace dynapipe {
 std::vector<std::size_t> order_samples(std::span<const Sample> samples, ModelKind kind,
                                        std::int64_t bucket_tokens);
 
+// The rows of packing-varlen, concatenated: best-fit decreasing over all samples (in
+// index order) into rows of at most enc_capacity model tokens (T5 also dec_capacity
+// decoder tokens, target + 1 each), rows in creation order, each row's samples in the
+// order they joined it. Every packing-varlen micro-batch of one replica is then a run of
+// consecutive samples, so the varlen DP over this order can do at least as well
+// (docs/batching.md, "Ordering for varlen"). O(n log n + n · rows).
+std::vector<std::size_t> order_packed_rows(std::span<const Sample> samples, ModelKind kind,
+                                           std::int64_t enc_capacity, std::int64_t dec_capacity);
+
 // (input_len, target_len) descending lexicographically, ties by id: the reference's
 // "sorted" ablation for T5, kept as a yardstick for order_samples().
 std::vector<std::size_t> order_lexicographic(std::span<const Sample> samples);

@@ -14,13 +14,14 @@ namespace dynapipe {
 
 // Part of the CLI and plan-config contract: never rename the spellings.
 enum class Strategy : std::uint8_t {
-  DynaPipe,       // "dynapipe": ordered samples, exact DP over consecutive partitions
+  DynaPipe,       // "dynapipe": ordered samples, exact DP over consecutive varlen micro-batches
   Padding,        // "padding": data order, fixed micro-batch size, rows padded to max length
   Packing,        // "packing": first-fit rows of whole samples, dense attention over each row
   PackingVarlen,  // "packing-varlen": best-fit-decreasing rows, block-diagonal (varlen) attention
   TokenBased,     // "token-based": sorted order, fairseq-style padded-token budget per micro-batch
   PackingMegatron,  // "packing-megatron": the DynaPipe artifact's baseline: next-fit rows in data
                     // order padded to the max length, fixed rows per micro-batch, one recompute, 1F1B
+  DynaPipePadded, // "dynapipe-padded": the paper's DP, each micro-batch padded to its longest sample
 };
 
 std::string_view strategy_name(Strategy strategy);

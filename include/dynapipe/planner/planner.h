@@ -37,7 +37,17 @@ struct PlannerOptions {
   // the activation budget (memory limit minus static memory) and keep the plan that
   // simulates fastest. The DP sizes micro-batches to the 1F1B memory rule; schedules that
   // keep more micro-batches in flight (zb1p, cyclic) may fit only smaller ones.
-  std::vector<double> activation_budget_shares = {0.75};
+  std::vector<double> activation_budget_shares = {};
+  // dynapipe and dynapipe-padded: plan the cuts for the schedule (docs/batching.md,
+  // "Schedule-aware DP"). `--schedule auto` runs one DP per schedule family — 1F1B's
+  // memory rule and bubble, zb1p's (p in flight everywhere, a shorter bubble) and
+  // interleaved's — and keeps the pair that simulates fastest; a named schedule plans
+  // for its own rule. false: the 1F1B rule only, whatever the schedule. Default: true.
+  bool schedule_aware_dp = true;
+  // dynapipe: also simulate the chosen cuts reordered slowest first with the fastest
+  // micro-batch split into a head and a tail (batching/head_tail.h), and keep the faster
+  // plan. Default: true.
+  bool head_and_tail = true;
 };
 
 class Planner {

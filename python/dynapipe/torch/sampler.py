@@ -95,6 +95,9 @@ class DynamicBatchSampler(torch.utils.data.Sampler):
         planner_options.setdefault("max_seqlen", max(self._totals()))
         if self.target_lengths is not None:
             planner_options.setdefault("max_target_len", max(self.target_lengths))
+        # The sampler yields padded batches for the user's model: the padded DP
+        # (dynapipe-padded), not the varlen one, which would merge every sample into one row.
+        planner_options.setdefault("strategy", "dynapipe-padded")
         # Planner validates every option (types, ranges, presets) with the CLI's messages.
         self.planner = dynapipe.Planner(model=model, pp=1, dp=num_replicas,
                                         global_batch_tokens=token_budget,

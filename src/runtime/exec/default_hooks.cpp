@@ -19,12 +19,13 @@ namespace {
 
 AttentionMode attention_mode(Strategy strategy) {
   switch (strategy) {
+    case Strategy::DynaPipe:  // one block-diagonal row per micro-batch
     case Strategy::PackingVarlen: return AttentionMode::Varlen;
     case Strategy::Packing:
     case Strategy::PackingMegatron: return AttentionMode::Packed;  // rows of several samples
-    case Strategy::DynaPipe:
     case Strategy::Padding:
-    case Strategy::TokenBased: return AttentionMode::Padded;
+    case Strategy::TokenBased:
+    case Strategy::DynaPipePadded: return AttentionMode::Padded;
   }
   return AttentionMode::Padded;
 }

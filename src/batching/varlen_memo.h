@@ -1,0 +1,66 @@
+// Private to batching/: costs of varlen segments, kept across DP runs. A segment's time
+// and per-stage stored and peak bytes depend on its samples and the recompute mode only,
+// not on the memory rule or the bubble weight, so the planner's several DPs over one
+// batch (memory rules of different schedules, a line search on the bubble weight) share
+// them (BatchingCache).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <utility>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "dynapipe/core/model_kind.h"
+#include "dynapipe/core/strategy.h"
+
+namespace dynapipe::detail {
+
+// Rows of one ordered sequence under one recompute mode. Row i holds the segments
+// [i, i + 1), [i, i + 2), ... as far as some scan needed them.
+struct VarlenRows {
+  struct Row {
+    std::vector<double> time_ms;        // per segment: max over stages of fwd + bwd
+    std::vector<std::int64_t> bytes;    // per segment: stored[0..p), then peak[0..p)
+    std::int64_t enc = 0, dec = 0;      // running sums of the last segment costed
+    double enc_squares = 0, dec_squares = 0;
+  };
+  std::vector<std::size_t> sequence;    // the samples, in order (identifies the rows)
+  Recompute recompute = Recompute::None;
+  std::vector<Row> rows;
+};
+
+// Every VarlenRows of one batch and cost model; found by sequence and recompute mode.
+struct VarlenMemoStore {
+  const void* batch = nullptr;        // identity checks: a store serves one batch and
+  const void* cost_model = nullptr;   // one cost model
+  std::vector<std::unique_ptr<VarlenRows>> entries;
+  // Per recompute mode: the parts of the recompute lower bound (batching.cpp).
+  struct Bound {
+    bool valid = false;
+    double merged_ms = 0;   // every sample in one varlen micro-batch
+    double slowest_ms = 0;  // the slowest sample alone
+  };
+  std::array<Bound, 3> bounds{};
+  // The (memory limit, strategy) whose "every sample fits alone" check passed.
+  std::pair<std::int64_t, Strategy> alone_checked{-1, Strategy::DynaPipe};
+
+  VarlenRows& rows_for(std::span<const std::size_t> sequence, Recompute recompute) {
+    for (const auto& e : entries) {
+      if (e->recompute == recompute && std::equal(e->sequence.begin(), e->sequence.end(),
+                                                  sequence.begin(), sequence.end())) {
+        return *e;
+      }
+    }
+    auto e = std::make_unique<VarlenRows>();
+    e->sequence.assign(sequence.begin(), sequence.end());
+    e->recompute = recompute;
+    e->rows.resize(sequence.size());
+    entries.push_back(std::move(e));
+    return *entries.back();
+  }
+};
+
+}  // namespace dynapipe::detail
