@@ -24,7 +24,7 @@
 namespace dynapipe {
 namespace {
 
-// GPT-6.7B (the CONTRACTS.md preset) on the analytic A100-40GB model, p stages.
+// GPT-6.7B (the gpt-6.7b preset, docs/models.md) on the analytic A100-40GB model, p stages.
 std::unique_ptr<CostModel> gpt_6_7b(int num_stages) {
   CostModelOptions options;
   options.num_stages = num_stages;
@@ -32,7 +32,7 @@ std::unique_ptr<CostModel> gpt_6_7b(int num_stages) {
 }
 
 // FLAN-like mixture: log-normal lengths around task medians, truncated to 2048; samples
-// are added while the batch stays within `tokens` (CONTRACTS.md global-batch rule).
+// are added while the batch stays within `tokens` (docs/data.md, global batches).
 GlobalBatch flan_like_batch(std::int64_t tokens, std::uint64_t seed) {
   static constexpr double kMedians[] = {12, 32, 64, 100, 180, 320};
   Rng rng(seed);

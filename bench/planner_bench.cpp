@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "dynapipe/batching/batching.h"
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/data/dataset.h"

@@ -82,9 +82,10 @@ void BM_Search(benchmark::State& state) {
   const std::pair<Recompute, double> modes[] = {
       {Recompute::None, 1.0}, {Recompute::Selective, 1.1}, {Recompute::Full, 1.33}};
   for (const auto& [recompute, factor] : modes) {
-    for (const std::string& name : schedule_names()) {
-      candidates.push_back({name, recompute,
-                            bench_problem(m, devices, name == "interleaved" ? 2 : 1, factor)});
+    for (ScheduleKind kind : schedule_kinds()) {
+      candidates.push_back(
+          {kind, recompute,
+           bench_problem(m, devices, kind == ScheduleKind::Interleaved ? 2 : 1, factor)});
     }
   }
   int simulations = 0;

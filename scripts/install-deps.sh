@@ -9,7 +9,9 @@ packages=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev zlib1g-dev   # planner core
   libhiredis-dev redis-server                                # Redis plan store + its test
   libgtest-dev libgmock-dev libbenchmark-dev                 # tests and bench/
+  clang libclang-rt-14-dev                                   # fuzz targets (ctest label fuzz)
   python3-torch python3-pybind11 pybind11-dev                # reference checks, bindings
+  python3-dev python3-pytest                                 # the dynapipe Python module and its tests
 )
 
 missing=()

@@ -61,7 +61,8 @@ void check_samples(const GlobalBatch& batch, const BatchingOptions& options) {
 // full recompute and one micro-batch in flight.
 void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
                       detail::ShapeCosts& full) {
-  if (options.memory_limit_bytes == 0) return;
+  // packing-megatron names its padded row and recompute mode itself when they do not fit.
+  if (options.memory_limit_bytes == 0 || options.strategy == Strategy::PackingMegatron) return;
   if (options.strategy == Strategy::Padding) {
     const MicroBatchShape row{
         .batch = 1,
@@ -159,6 +160,7 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
       case Strategy::Packing:
       case Strategy::PackingVarlen: return detail::run_packing(input, c, rule, incumbent_ms);
       case Strategy::TokenBased: return detail::run_token_based(input, c, rule, incumbent_ms);
+      case Strategy::PackingMegatron: return detail::run_packing_megatron(input, c, rule, incumbent_ms);
     }
     return std::optional<detail::Candidate>{};
   };
@@ -169,6 +171,7 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   std::optional<detail::Candidate> best;
   for (detail::MemoryRule rule : {detail::MemoryRule::Pipelined, detail::MemoryRule::OneInFlight}) {
     for (std::size_t m = 0; m < kRecomputeModes.size(); ++m) {
+      if (options.recompute && *options.recompute != kRecomputeModes[m]) continue;
       const double incumbent = best ? best->objective_ms : std::numeric_limits<double>::infinity();
       if (std::optional<detail::Candidate> candidate = run(*costs[m], rule, incumbent)) {
         best = std::move(candidate);

@@ -112,6 +112,8 @@ std::optional<Candidate> run_padding(const StrategyInput& input, ShapeCosts& cos
                                      MemoryRule rule, double incumbent_ms);
 std::optional<Candidate> run_packing(const StrategyInput& input, ShapeCosts& costs,
                                      MemoryRule rule, double incumbent_ms);
+std::optional<Candidate> run_packing_megatron(const StrategyInput& input, ShapeCosts& costs,
+                                              MemoryRule rule, double incumbent_ms);
 std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts& costs,
                                          MemoryRule rule, double incumbent_ms);
 

@@ -1,6 +1,6 @@
 // `dynapipe data`: work on samples files without planning.
 //
-//   dynapipe data synth --out FILE [--samples N] [--seed N] [--mixture flan-like]
+//   dynapipe data synth --out FILE [--samples N] [--seed N] [--mixture|--mix flan-like|flan-zsopt]
 //   dynapipe data stats --samples FILE [--max-seqlen N] [--max-target-len N]
 //                       [--model-kind gpt|t5] [--global-batch-tokens N]
 #include <CLI/CLI.hpp>
@@ -100,7 +100,7 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   synth->add_option("--seed", synth_args->seed, "Seed of the lengths and the order")
       ->capture_default_str();
-  synth->add_option("--mixture", synth_args->mixture, "Mixture preset (docs/data.md)")
+  synth->add_option("--mixture,--mix", synth_args->mixture, "Mixture preset (docs/data.md)")
       ->check(CLI::IsMember(synth_mixture_names()))
       ->capture_default_str();
   synth->callback([synth_args] { run_synth(*synth_args); });

@@ -10,6 +10,7 @@
 #include "cli/flags.h"
 #include "cli/output_file.h"
 #include "cli/run_planner.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/plan/plan_json.h"
@@ -29,11 +30,11 @@ struct PlanFlags {
   bool compare = true;
 };
 
-std::vector<std::string> comparison_strategies(const std::string& chosen) {
-  std::vector<std::string> all = {"dynapipe", "padding", "packing", "packing-varlen",
-                                  "token-based"};
-  std::vector<std::string> order = {chosen};
-  for (const auto& s : all) {
+// The chosen strategy first, then every other one in table order.
+std::vector<Strategy> comparison_strategies(Strategy chosen) {
+  std::vector<Strategy> order = {chosen};
+  for (std::string_view name : strategy_names()) {
+    const Strategy s = *parse_strategy(name);
     if (s != chosen) order.push_back(s);
   }
   return order;
@@ -70,7 +71,7 @@ void add_summary_row(TextTable& table, const std::string& strategy, const Planne
 void run_plan(const PlanFlags& flags) {
   PlanConfig config = to_plan_config(flags.common);
   const std::vector<GlobalBatch> batches = load_global_batches(config);
-  PlannedRun chosen = plan_batches(config, batches, config.strategy.c_str());
+  PlannedRun chosen = plan_batches(config, batches, std::string(strategy_name(config.strategy)).c_str());
 
   ExecutionPlan plan;
   plan.config = config;
@@ -82,12 +83,12 @@ void run_plan(const PlanFlags& flags) {
     const ReplicaPlan& first = plan.iterations.front().replicas.front();
     if (!flags.trace.empty()) {
       ChromeTraceOptions options;
-      options.process_name = cat("iteration 0, replica 0 (", first.schedule, ")");
+      options.process_name = cat("iteration 0, replica 0 (", schedule_kind_name(first.schedule), ")");
       write_file_atomically(flags.trace, timeline_chrome_trace(first.timeline, options));
     }
     if (!flags.svg.empty()) {
       SvgOptions options;
-      options.title = cat(config.model.name, " iteration 0: ", first.schedule, ", recompute ",
+      options.title = cat(config.model.name, " iteration 0: ", schedule_kind_name(first.schedule), ", recompute ",
                           recompute_name(first.recompute), ", ",
                           format_fixed(first.est_iteration_ms, 1), " ms");
       write_file_atomically(flags.svg, timeline_svg(first.timeline, options));
@@ -102,8 +103,8 @@ void run_plan(const PlanFlags& flags) {
     return;
   }
 
-  std::printf("dynapipe plan: %s, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s\n",
-              config.model.name.c_str(), config.pp, config.dp,
+  std::printf("dynapipe plan: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s\n",
+              config.model.name.c_str(), config.tp, config.pp, config.dp,
               static_cast<long long>(config.max_seqlen),
               static_cast<long long>(config.global_batch_tokens), config.cost_model.c_str());
   std::printf("%zu iterations planned; plan written to %s\n\n", plan.iterations.size(),
@@ -111,18 +112,23 @@ void run_plan(const PlanFlags& flags) {
   TextTable table({"strategy", "micro-batches/iter", "padding eff.", "est. iter ms",
                    "est. tokens/s", "speed-up vs packing", "plan ms (mean)", "plan ms (p99)"});
   std::vector<std::pair<std::string, PlannedRun>> runs;
-  runs.emplace_back(config.strategy, PlannedRun{{}, plan.summary});
+  runs.emplace_back(std::string(strategy_name(config.strategy)), PlannedRun{{}, plan.summary});
   runs.back().second.iterations = plan.iterations;
   if (flags.compare) {
-    for (const std::string& strategy : comparison_strategies(config.strategy)) {
+    for (Strategy strategy : comparison_strategies(config.strategy)) {
       if (strategy == config.strategy) continue;
       PlanConfig other = config;
       other.strategy = strategy;
+      const std::string name(strategy_name(strategy));
       try {
-        runs.emplace_back(strategy, plan_batches(other, batches, strategy.c_str()));
+        // packing-megatron's global batches are rows-based; the others share token batches.
+        const bool own_batches =
+            (strategy == Strategy::PackingMegatron) != (config.strategy == Strategy::PackingMegatron);
+        runs.emplace_back(name, plan_batches(other, own_batches ? load_global_batches(other) : batches,
+                                             name.c_str()));
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible) throw;
-        std::fprintf(stderr, "%s: infeasible: %s\n", strategy.c_str(), e.what());
+        std::fprintf(stderr, "%s: infeasible: %s\n", name.c_str(), e.what());
       }
     }
   }

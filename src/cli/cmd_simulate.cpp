@@ -7,6 +7,7 @@
 #include "cli/flags.h"
 #include "cli/output_file.h"
 #include "cli/run_planner.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
@@ -19,7 +20,7 @@ namespace {
 
 struct SimulateFlags {
   CommonFlags common;
-  std::string strategies = "dynapipe,padding,packing,packing-varlen,token-based";
+  std::string strategies = join(strategy_names(), ",");
   std::string schedules = "1f1b,interleaved,wait-free-cyclic,zb1p,auto";
   std::string trace;
 };
@@ -33,22 +34,45 @@ std::string memory_cell(const std::vector<std::int64_t>& bytes) {
 void run_simulate(const SimulateFlags& flags) {
   const PlanConfig base = to_plan_config(flags.common);
   const std::vector<GlobalBatch> batches = load_global_batches(base);
-  std::printf("dynapipe simulate: %s, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
-              base.model.name.c_str(), base.pp, base.dp, static_cast<long long>(base.max_seqlen),
+  std::printf("dynapipe simulate: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
+              base.model.name.c_str(), base.tp, base.pp, base.dp, static_cast<long long>(base.max_seqlen),
               static_cast<long long>(base.global_batch_tokens), base.cost_model.c_str(),
               batches.size());
   TextTable table({"strategy", "schedule", "est. iter ms", "tokens/s", "bubble", "peak GiB/stage",
                    "ideal ms", "vs ideal"});
   ExecutionPlan best_plan;
   double best_ms = 0;
-  for (const std::string& strategy : split(flags.strategies, ',')) {
-    for (const std::string& schedule : split(flags.schedules, ',')) {
+  const std::vector<std::string> strategies = split(flags.strategies, ',');
+  const std::vector<std::string> schedules = split(flags.schedules, ',');
+  for (const std::string& strategy : strategies) {
+    if (!parse_strategy(strategy)) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--strategies: each must be one of ", join(strategy_names(), ", "),
+                      ", got \"", strategy, "\""));
+    }
+  }
+  for (const std::string& schedule : schedules) {
+    if (!parse_schedule_kind(schedule)) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--schedules: each must be one of ", join(schedule_kind_names(), ", "),
+                      ", got \"", schedule, "\""));
+    }
+  }
+  std::vector<GlobalBatch> megatron_batches;  // packing-megatron's rows-based batches, when asked
+  for (const std::string& strategy : strategies) {
+    const bool megatron = *parse_strategy(strategy) == Strategy::PackingMegatron;
+    if (megatron && megatron_batches.empty()) {
       PlanConfig config = base;
-      config.strategy = strategy;
-      config.schedule = schedule;
+      config.strategy = Strategy::PackingMegatron;
+      megatron_batches = load_global_batches(config);
+    }
+    for (const std::string& schedule : schedules) {
+      PlanConfig config = base;
+      config.strategy = *parse_strategy(strategy);
+      config.schedule = *parse_schedule_kind(schedule);
       PlannedRun run;
       try {
-        run = plan_batches(config, batches, (strategy + "/" + schedule).c_str());
+        run = plan_batches(config, megatron ? megatron_batches : batches, (strategy + "/" + schedule).c_str());
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
         table.add_row({strategy, schedule, "-", "-", "-", "-", "-",
@@ -78,13 +102,13 @@ void run_simulate(const SimulateFlags& flags) {
   std::cout << table.to_markdown();
   if (!flags.trace.empty() && !best_plan.iterations.empty()) {
     ChromeTraceOptions options;
-    options.process_name = cat(best_plan.config.strategy, "/", best_plan.config.schedule,
-                               ", iteration 0");
+    const std::string best_name = cat(strategy_name(best_plan.config.strategy), "/",
+                                      schedule_kind_name(best_plan.config.schedule));
+    options.process_name = cat(best_name, ", iteration 0");
     write_file_atomically(flags.trace,
                           timeline_chrome_trace(best_plan.iterations.front().replicas.front().timeline,
                                                 options));
-    std::printf("\ntrace of the fastest row (%s/%s) written to %s\n",
-                best_plan.config.strategy.c_str(), best_plan.config.schedule.c_str(),
+    std::printf("\ntrace of the fastest row (%s) written to %s\n", best_name.c_str(),
                 flags.trace.c_str());
   }
 }

@@ -5,12 +5,15 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <memory>
 
 #include "cli/command.h"
 #include "cli/flags.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
 #include "dynapipe/runtime/train.h"
 
 namespace dynapipe::cli {
@@ -21,7 +24,24 @@ struct TrainArgs {
   CommonFlags common;
   runtime::TrainOptions options;
   bool no_progress = false;
+  std::string password_file;
 };
+
+std::string plan_store_password(const std::string& password_file) {
+  if (!password_file.empty()) {
+    std::ifstream in(password_file);
+    std::string line;
+    if (!in || !std::getline(in, line) || line.empty()) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--plan-store-password-file must hold the password on its first line, got ",
+                      in ? "an empty file" : "an unreadable file", " (", password_file, ")"));
+    }
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    return line;
+  }
+  const char* env = std::getenv("DYNAPIPE_PLAN_STORE_PASSWORD");
+  return env != nullptr ? env : "";
+}
 
 // This process's own command line, to start the other ranks with (they see RANK set
 // and join instead of launching).
@@ -49,16 +69,21 @@ void setup_train(CLI::App& app) {
   // Training runs on this machine's CPUs: estimate with the CPU model unless told otherwise.
   args->common.cost_model = "analytic:cpu";
   add_common_flags(*cmd, args->common, SamplesFlag::Data);
+  cmd->add_option("--device", o.device, "cpu, or cuda[:N] (needs a LibTorch with CUDA and NCCL)")
+      ->capture_default_str();
   cmd->add_option("--steps", o.steps, "Optimizer steps (global batches; the data cycles)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   cmd->add_option("--metrics", o.metrics_path, "Write one JSON object per step to this JSONL file");
   cmd->add_option("--threads-per-rank", o.threads_per_rank, "LibTorch intra-op threads per rank")
       ->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--plan-store", o.plan_store,
-                  "Where plans go: empty (the job's TCPStore), tcp://host:port, redis://[:password@]host:port")
+                  "Where plans go: empty (the job's TCPStore), tcp://host:port, redis://host:port")
       ->envname("DYNAPIPE_PLAN_STORE");
-  cmd->add_option("--plan-store-password", o.plan_store_password, "Redis AUTH password")
-      ->envname("DYNAPIPE_PLAN_STORE_PASSWORD");
+  // The Redis password never travels on a command line (ps, logs, the ranks' argv):
+  // env DYNAPIPE_PLAN_STORE_PASSWORD or a file.
+  cmd->add_option("--plan-store-password-file", args->password_file,
+                  "File whose first line is the Redis AUTH password (or env DYNAPIPE_PLAN_STORE_PASSWORD)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir, "Save checkpoints here (shared by all ranks)");
   cmd->add_option("--checkpoint-every", o.checkpoint_every, "Save every N steps (0: only at the end)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40))->capture_default_str();
@@ -83,6 +108,13 @@ void setup_train(CLI::App& app) {
   cmd->callback([args] {
     auto& options = args->options;
     options.plan = to_plan_config(args->common);
+    if (options.plan.tp > 1) {
+      // The runtime's stage models hold whole layers; nothing splits a layer over devices.
+      throw Error(ErrorKind::Unsupported,
+                  cat("dynapipe train: --tp must be 1 (this runtime has no tensor-parallel layers; "
+                      "plan or simulate tp > 1 instead), got ", options.plan.tp));
+    }
+    options.plan_store_password = plan_store_password(args->password_file);
     options.progress = !args->no_progress;
     options.worker_command = own_command_line();
     auto summary = runtime::run_training(options);

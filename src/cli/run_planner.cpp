@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "dynapipe/batching/megatron_packing.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/truncation.h"
 #include "dynapipe/data/global_batch.h"
@@ -12,11 +14,23 @@
 
 namespace dynapipe::cli {
 
+MegatronRows megatron_rows(const PlanConfig& config) {
+  return {.kind = config.model.kind,
+          .max_seqlen = config.max_seqlen,
+          .max_target_len = config.max_target_len > 0 ? config.max_target_len : config.max_seqlen};
+}
+
 std::vector<GlobalBatch> load_global_batches(const PlanConfig& config) {
   const TruncationLimits options = truncation_limits(config);
   const Dataset dataset = Dataset::load(config.samples_path, options);
-  std::vector<GlobalBatch> batches = form_global_batches(
-      dataset.samples(), dataset.truncated_ids(), config.global_batch_tokens, config.iterations);
+  // packing-megatron's global batch is a number of padded rows (its token budget counts
+  // padding); every other strategy shares the token-budget batches.
+  std::vector<GlobalBatch> batches =
+      config.strategy == Strategy::PackingMegatron
+          ? form_megatron_global_batches(dataset.samples(), dataset.truncated_ids(), megatron_rows(config),
+                                         config.global_batch_tokens, config.iterations)
+          : form_global_batches(dataset.samples(), dataset.truncated_ids(), config.global_batch_tokens,
+                                config.iterations);
   std::fprintf(stderr, "%s: %zu samples (%lld truncated), %zu global batches\n",
                config.samples_path.c_str(), dataset.samples().size(),
                static_cast<long long>(dataset.truncated_ids().size()), batches.size());

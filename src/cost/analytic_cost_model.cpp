@@ -206,12 +206,16 @@ class AnalyticCostModel final : public CostModel {
   AnalyticCostModel(const ModelSpec& model, const DeviceSpec& device, const CostModelOptions& options)
       : model_(model), device_(device), options_(options),
         stages_(assign_layers_uniform(model, options.num_stages)) {
+    // Tensor parallelism (Megatron, no sequence parallelism) splits heads, the ffn width
+    // and the vocabulary over tp devices; hidden-wide tensors (LN, dropout, residual) are
+    // replicated. Each device then runs the layer with the narrower widths.
+    const double tp = options.tp;
     c_.e = device.bytes_per_element;
     c_.h = model.hidden;
-    c_.k = model.attention_width();
-    c_.f = model.ffn_hidden;
-    c_.a = model.heads;
-    c_.v = model.vocab;
+    c_.k = model.attention_width() / tp;
+    c_.f = model.ffn_hidden / tp;
+    c_.a = model.heads / tp;
+    c_.v = std::ceil(model.vocab / tp);
     c_.matmul_ms_per_flop = 1.0 / (device.peak_tflops * 1e9 * device.matmul_efficiency);
     c_.half_rows = device.matmul_half_rows;
     c_.attention_slowdown = 1.0 / device.attention_efficiency;
@@ -221,9 +225,10 @@ class AnalyticCostModel final : public CostModel {
     // The cpu preset is the device this project's LibTorch runtime trains on: its memory
     // terms are what that runtime keeps (docs/cost-model.md), not Megatron's.
     c_.libtorch_memory = device.name == "cpu";
+    const ModelSpec shard = tensor_parallel_shard(model, options.tp);
     for (const StageLayers& s : stages_) {
       static_bytes_.push_back(
-          model_state_bytes(stage_parameter_count(model, s), device.bytes_per_element, options.zero_shards));
+          model_state_bytes(stage_parameter_count(shard, s), device.bytes_per_element, options.zero_shards));
     }
   }
 
@@ -253,6 +258,7 @@ class AnalyticCostModel final : public CostModel {
       add(decoder_layer_cost(c_, b, se, sd, density.dec, cross_density, recompute), s.dec_end - s.dec_begin);
     }
     if (s.has_head) add(head_cost(c_, b * (model_.kind == ModelKind::T5 ? sd : se)), 1);
+    if (options_.tp > 1) add_tensor_parallel_comm(s, b, se, sd, recompute, total);
 
     StageCost cost;
     cost.fwd_ms = total.fwd_ms;
@@ -277,6 +283,37 @@ class AnalyticCostModel final : public CostModel {
   std::string describe() const override { return cat("analytic:", device_.name); }
 
  private:
+  // The per-device shape of one tensor-parallel shard: heads, ffn and vocab split tp ways.
+  static ModelSpec tensor_parallel_shard(const ModelSpec& model, int tp) {
+    ModelSpec shard = model;
+    if (tp <= 1) return shard;
+    shard.kv_channels = model.head_dim();
+    shard.heads = model.heads / tp;
+    shard.ffn_hidden = model.ffn_hidden / tp;
+    shard.vocab = (model.vocab + tp - 1) / tp;
+    return shard;
+  }
+
+  // Megatron's tensor-parallel all-reduces of the hidden state (e * tokens * h bytes) over
+  // the tp devices: per GPT/encoder layer 2 in forward (after attention and after the
+  // MLP) and 2 in backward, per decoder layer 3 and 3 (cross-attention); the embedding 1
+  // in forward, the head 1 in backward; full recomputation repeats the forward's.
+  void add_tensor_parallel_comm(const StageLayers& s, double b, double se, double sd,
+                                Recompute recompute, LayerCost& total) const {
+    auto allreduce = [&](double tokens) {
+      return allreduce_ms(static_cast<std::int64_t>(c_.e * tokens * c_.h), options_.tp);
+    };
+    const double enc = allreduce(b * se), dec = allreduce(b * sd);
+    const double layers_fwd = 2 * enc * (s.enc_end - s.enc_begin) + 3 * dec * (s.dec_end - s.dec_begin);
+    double fwd = layers_fwd, bwd = layers_fwd;
+    if (s.has_embedding) fwd += enc;
+    if (s.has_dec_embedding) fwd += dec;
+    if (s.has_head) bwd += model_.kind == ModelKind::T5 ? dec : enc;
+    if (recompute == Recompute::Full) bwd += layers_fwd;
+    total.fwd_ms += fwd;
+    total.bwd_input_ms += bwd;
+  }
+
   ModelSpec model_;
   DeviceSpec device_;
   CostModelOptions options_;
@@ -303,6 +340,7 @@ std::unique_ptr<CostModel> make_analytic_cost_model(const ModelSpec& model, cons
   require(device.attention_efficiency > 0, "attention_efficiency", device.attention_efficiency);
   require(device.backward_speedup > 0, "backward_speedup", device.backward_speedup);
   require(device.bytes_per_element > 0, "bytes_per_element", device.bytes_per_element);
+  check_tensor_parallel(model, options.tp);
   return std::make_unique<AnalyticCostModel>(model, device, options);
 }
 

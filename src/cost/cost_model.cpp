@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/cost/artifact_profile.h"
 #include "dynapipe/cost/profile.h"
 
 namespace dynapipe {
@@ -10,6 +11,7 @@ namespace {
 
 constexpr std::string_view kAnalyticPrefix = "analytic:";
 constexpr std::string_view kProfilePrefix = "profile:";
+constexpr std::string_view kA100Measured = "a100-measured";
 
 // The first shape field where two models differ, as "hidden 128 vs 256"; empty if none.
 // The name is not compared: a profile made for a preset fits the same shape from a file.
@@ -40,6 +42,14 @@ std::int64_t model_state_bytes(std::int64_t parameters, int bytes_per_element, i
   return parameters * 2 * bytes_per_element + (optimizer_total + zero_shards - 1) / zero_shards;
 }
 
+void check_tensor_parallel(const ModelSpec& model, int tp) {
+  if (tp < 1 || model.heads % tp != 0 || model.ffn_hidden % tp != 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--tp must be >= 1 and divide the ", model.heads, " attention heads and the ffn width ",
+                    model.ffn_hidden, " of ", model.name, ", got ", tp));
+  }
+}
+
 void CostModelOptions::validate() const {
   auto require = [](bool ok, const char* field, int got) {
     if (!ok) throw Error(ErrorKind::InvalidArgument, cat("cost model options: ", field, " must be >= 1, got ", got));
@@ -47,6 +57,7 @@ void CostModelOptions::validate() const {
   require(num_stages >= 1, "num_stages", num_stages);
   require(zero_shards >= 1, "zero_shards", zero_shards);
   require(seqlen_multiple >= 1, "seqlen_multiple", seqlen_multiple);
+  require(tp >= 1, "tp", tp);
 }
 
 double CostModel::p2p_ms(std::int64_t bytes) const {
@@ -71,6 +82,8 @@ double CostModel::allreduce_ms(std::int64_t bytes, int replicas) const {
 std::unique_ptr<CostModel> make_cost_model(const std::string& spec, const ModelSpec& model,
                                            const CostModelOptions& options) {
   options.validate();
+  check_tensor_parallel(model, options.tp);
+  if (spec == kA100Measured) return make_a100_measured_cost_model(model, options);
   if (spec.starts_with(kAnalyticPrefix)) {
     const std::string device = spec.substr(kAnalyticPrefix.size());
     DeviceSpec d;
@@ -86,7 +99,7 @@ std::unique_ptr<CostModel> make_cost_model(const std::string& spec, const ModelS
   if (path.empty() || !std::filesystem::is_regular_file(path, ec)) {
     throw Error(ErrorKind::NotFound,
                 cat("--cost-model must be analytic:<device> (", join(device_preset_names(), ", "),
-                    ") or a profile file, got '", spec, "' (no such file)"));
+                    "), a100-measured or a profile file, got '", spec, "' (no such file)"));
   }
   Profile profile = load_profile(path);
   const std::string difference = first_difference(profile.model, model);

@@ -29,7 +29,7 @@ ModelSpec make_preset(const char* name, ModelKind kind, int hidden, int heads, i
 }
 
 // The tiny models train on a 2-core CPU in seconds; the small ones are for CPU
-// benchmarks; the large ones are the shapes of the DynaPipe paper (CONTRACTS.md).
+// benchmarks; the large ones are the shapes of the DynaPipe paper (docs/models.md).
 // Vocab 320 covers the byte tokenizer's 259 ids, rounded up to a multiple of 64.
 const std::vector<ModelSpec>& presets() {
   static const std::vector<ModelSpec> kPresets = {

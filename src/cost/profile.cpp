@@ -199,6 +199,7 @@ std::string profile_to_json(const Profile& profile) {
   if (profile.device.memory_bandwidth_gbs > 0) device["memory_bandwidth_gbs"] = profile.device.memory_bandwidth_gbs;
   root["device"] = device;
   root["bytes_per_element"] = profile.device.bytes_per_element;
+  if (profile.tensor_parallel != 1) root["tensor_parallel"] = profile.tensor_parallel;
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const ProfileLayer& layer : profile.layers) {
     nlohmann::ordered_json l;
@@ -254,7 +255,7 @@ std::string profile_to_json(const Profile& profile) {
 Profile parse_profile(const std::string& json, const std::string& where) {
   const nlohmann::json root = JsonReader::parse(json, where);
   const JsonReader r(root, where, "");
-  r.expect_keys({"format", "version", "model", "device", "bytes_per_element", "layers"});
+  r.expect_keys({"format", "version", "model", "device", "bytes_per_element", "tensor_parallel", "layers"});
   if (r.at("format").as_string() != kFormat) r.fail_field("format", cat("\"", kFormat, "\""));
   r.at("version").as_int(kVersion, kVersion);
 
@@ -281,6 +282,12 @@ Profile parse_profile(const std::string& json, const std::string& where) {
     profile.device.memory_bandwidth_gbs = device.at("memory_bandwidth_gbs").as_double(0);
   }
   profile.device.bytes_per_element = static_cast<int>(r.at("bytes_per_element").as_int(1, 8));
+  if (r.has("tensor_parallel")) {
+    profile.tensor_parallel = static_cast<int>(r.at("tensor_parallel").as_int(1, 1024));
+    if (profile.model.heads % profile.tensor_parallel != 0) {
+      r.at("tensor_parallel").fail(cat("a divisor of the model's ", profile.model.heads, " heads"));
+    }
+  }
 
   const JsonReader layers = r.at("layers");
   layers.expect_array();

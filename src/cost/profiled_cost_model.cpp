@@ -175,7 +175,9 @@ class ProfiledCostModel final : public CostModel {
     // one embedding per stage that embeds, the head's own bytes, and a token-table copy
     // for a head stage without an embedding (the LM head is tied to the token table).
     const int e = profile.device.bytes_per_element;
-    const std::int64_t token_table_bytes = std::int64_t{model.vocab} * model.hidden * e;
+    // Under tensor parallelism the token table is split over the tp devices (vocab-parallel).
+    const std::int64_t token_table_bytes =
+        std::int64_t{model.vocab} * model.hidden * e / std::max(1, profile.tensor_parallel);
     for (const StageLayers& s : stages_) {
       std::int64_t bytes = (s.enc_end - s.enc_begin) * parameter_bytes_[stack_kind_] +
                            (s.dec_end - s.dec_begin) * parameter_bytes_[static_cast<int>(ProfileLayerKind::Decoder)];
@@ -280,6 +282,11 @@ class ProfiledCostModel final : public CostModel {
 std::unique_ptr<CostModel> make_profiled_cost_model(const Profile& profile, const CostModelOptions& options,
                                                     const std::string& source) {
   options.validate();
+  if (options.tp != profile.tensor_parallel) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--tp must be ", profile.tensor_parallel, " for the profile '", source,
+                    "' (measured at that tensor-parallel degree), got ", options.tp));
+  }
   return std::make_unique<ProfiledCostModel>(profile, options, source);
 }
 

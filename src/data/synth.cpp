@@ -48,11 +48,40 @@ const std::vector<SynthTask>& flan_like_tasks() {
   return tasks;
 }
 
+// Zero-shot FLAN ("flan_zsopt", the DynaPipe experiments' data): instructions without
+// exemplars, so inputs are mostly a few hundred tokens; the export cut inputs and targets
+// at 4096. Shaped after its task families (T0-SF, Flan 2021, NIv2, CoT, dialog);
+// assumptions, not measured statistics (docs/data.md).
+const std::vector<SynthTask>& flan_zsopt_tasks() {
+  static const std::vector<SynthTask> tasks = {
+      // Classification and QA with answer options: a paragraph in, a word or two out.
+      {"nli", 0.12, 90, 0.45, 16, 1024, 2.0, 0.35, 1, 8},
+      {"sentiment", 0.08, 110, 0.60, 8, 2048, 1.5, 0.30, 1, 4},
+      {"paraphrase", 0.06, 80, 0.40, 16, 512, 1.5, 0.30, 1, 4},
+      {"topic_classification", 0.06, 150, 0.50, 16, 2048, 2.5, 0.40, 1, 8},
+      {"reading_comprehension_qa", 0.10, 260, 0.55, 32, 4096, 4.0, 0.70, 1, 32},
+      {"closed_book_qa", 0.07, 40, 0.50, 8, 512, 4.0, 0.70, 1, 32},
+      {"multiple_choice", 0.08, 130, 0.50, 16, 2048, 3.0, 0.60, 1, 16},
+      {"commonsense", 0.07, 60, 0.45, 8, 512, 3.0, 0.60, 1, 16},
+      // Natural Instructions: a task definition before every input; mixed outputs.
+      {"natural_instructions", 0.10, 350, 0.70, 32, 4096, 8.0, 1.00, 1, 256},
+      // Short generation.
+      {"struct_to_text", 0.04, 80, 0.45, 16, 1024, 25, 0.45, 8, 128},
+      {"translation", 0.05, 50, 0.50, 8, 512, 45, 0.50, 8, 256},
+      {"dialog_response", 0.06, 300, 0.70, 16, 4096, 20, 0.60, 4, 128},
+      {"chain_of_thought", 0.04, 120, 0.50, 16, 1024, 60, 0.50, 16, 256},
+      // Summarisation: the long inputs of the mix.
+      {"news_summarization", 0.04, 700, 0.50, 128, 4096, 60, 0.45, 16, 256},
+      {"long_summarization", 0.03, 1800, 0.50, 512, 4096, 200, 0.45, 32, 512},
+  };
+  return tasks;
+}
+
 struct Preset {
   const char* name;
   const std::vector<SynthTask>& (*tasks)();
 };
-constexpr Preset kPresets[] = {{"flan-like", &flan_like_tasks}};
+constexpr Preset kPresets[] = {{"flan-like", &flan_like_tasks}, {"flan-zsopt", &flan_zsopt_tasks}};
 
 void validate_task(const SynthTask& t, std::size_t i) {
   const std::string where = cat("synth task ", i, " (\"", t.name, "\"): ");

@@ -16,16 +16,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-char op_letter(OpKind kind) {
-  switch (kind) {
-    case OpKind::F: return 'F';
-    case OpKind::B: return 'B';
-    case OpKind::I: return 'I';
-    case OpKind::W: return 'W';
-  }
-  return '?';
-}
-
 const char* op_colour(OpKind kind) {
   switch (kind) {
     case OpKind::F: return "#4e79a7";
@@ -85,7 +75,7 @@ std::string timeline_chrome_trace(const std::vector<TimedOp>& timeline, const Ch
                       {"args", {{"sort_index", track}}}});
   }
   for (const TimedOp& t : timeline) {
-    std::string kind(1, op_letter(t.op.kind));
+    std::string kind(1, op_kind_letter(t.op.kind));
     events.push_back({{"name", cat(kind, t.op.mb)},
                       {"cat", kind},
                       {"ph", "X"},
@@ -130,7 +120,7 @@ std::string timeline_svg(const std::vector<TimedOp>& timeline, const SvgOptions&
     double y = top + t.device * row;
     svg += cat("<rect x=\"", px(x), "\" y=\"", px(y + 2), "\" width=\"", px(w), "\" height=\"", px(row - 4),
                "\" fill=\"", op_colour(t.op.kind), "\" stroke=\"white\" stroke-width=\"0.5\"><title>",
-               op_letter(t.op.kind), t.op.mb, " stage ", t.op.stage, ": ", t.start_ms, "-", t.end_ms,
+               op_kind_letter(t.op.kind), t.op.mb, " stage ", t.op.stage, ": ", t.start_ms, "-", t.end_ms,
                " ms</title></rect>\n");
     if (w >= 12) {
       svg += cat("<text x=\"", px(x + w / 2), "\" y=\"", px(y + row / 2 + 4),
@@ -158,7 +148,7 @@ std::string order_to_pytorch_csv(const ScheduleOrder& order) {
     bool first = true;
     for (const PipelineOp& op : ops) {
       if (!first) out += ',';
-      out += cat(op.stage, op_letter(op.kind), op.mb);
+      out += cat(op.stage, op_kind_letter(op.kind), op.mb);
       first = false;
     }
     out += '\n';
@@ -240,7 +230,7 @@ ScheduleOrder order_from_pytorch_csv(const std::string& text, const PipelineLayo
       const PipelineOp& op = ops[k];
       auto& slot = seen[static_cast<std::size_t>(op.mb) * stages + op.stage];
       int& position = slot[static_cast<int>(op.kind)];
-      std::string name = cat(op.stage, op_letter(op.kind), op.mb);
+      std::string name = cat(op.stage, op_kind_letter(op.kind), op.mb);
       if (position >= 0) fail(cat("row ", rank, ": ", name, " must appear once, got twice"));
       position = static_cast<int>(k);
       if (op.kind != OpKind::F && slot[0] < 0) fail(cat("row ", rank, ": ", name, " must come after ", op.stage, "F", op.mb));
@@ -254,7 +244,7 @@ ScheduleOrder order_from_pytorch_csv(const std::string& text, const PipelineLayo
       if (!complete) {
         std::string got;
         for (int k = 0; k < 4; ++k) {
-          if (slot[k] >= 0) got += op_letter(static_cast<OpKind>(k));
+          if (slot[k] >= 0) got += op_kind_letter(static_cast<OpKind>(k));
         }
         fail(cat("stage ", s, " micro-batch ", mb, " must run F and then B, or F, I and W, got ",
                  got.empty() ? "nothing" : got));

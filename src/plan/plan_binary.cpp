@@ -123,7 +123,7 @@ void write_replica(Writer& out, const ReplicaPlan& r) {
                     r.microbatches.size(), "), got ", r.estimates.size()));
   }
   Writer meta;
-  meta.string(r.schedule);
+  meta.string(std::string(schedule_kind_name(r.schedule)));
   meta.u8(static_cast<std::uint8_t>(r.recompute));
   meta.f64(r.est_iteration_ms);
   meta.varint(r.est_peak_memory_bytes.size());
@@ -321,7 +321,12 @@ ReplicaPlan read_replica(Reader& parent) {
   ReplicaPlan r;
 
   Reader meta = replica.section(kReplicaMetaTag, "replica meta");
-  r.schedule = meta.string("schedule");
+  const std::string schedule = meta.string("schedule");
+  const std::optional<ScheduleKind> kind = parse_schedule_kind(schedule);
+  if (!kind || *kind == ScheduleKind::Auto) {
+    meta.fail(cat("schedule must name a schedule (gpipe, 1f1b, ...), got \"", schedule, "\""));
+  }
+  r.schedule = *kind;
   std::uint8_t recompute = meta.u8();
   if (recompute > 2) meta.fail(cat("recompute must be 0, 1 or 2, got ", int{recompute}));
   r.recompute = static_cast<Recompute>(recompute);

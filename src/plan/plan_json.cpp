@@ -33,16 +33,6 @@ Json doubles(const std::vector<double>& values, const char* field) {
   return out;
 }
 
-char op_letter(OpKind kind) {
-  switch (kind) {
-    case OpKind::F: return 'F';
-    case OpKind::B: return 'B';
-    case OpKind::I: return 'I';
-    case OpKind::W: return 'W';
-  }
-  return '?';
-}
-
 Json model_to_json(const ModelSpec& m) {
   Json j;
   j["name"] = m.name;
@@ -62,11 +52,13 @@ Json config_to_json(const PlanConfig& c) {
   Json j;
   j["model"] = model_to_json(c.model);
   j["samples_path"] = c.samples_path;
-  j["strategy"] = c.strategy;
-  j["schedule"] = c.schedule;
+  j["strategy"] = strategy_name(c.strategy);
+  j["schedule"] = schedule_kind_name(c.schedule);
   j["cost_model"] = c.cost_model;
+  if (c.tp != 1) j["tp"] = c.tp;  // absent = 1 (plans from before tensor parallelism)
   j["pp"] = c.pp;
   j["dp"] = c.dp;
+  j["zero"] = c.zero;
   j["chunks"] = c.chunks;
   j["max_seqlen"] = c.max_seqlen;
   j["max_target_len"] = c.max_target_len;
@@ -75,6 +67,8 @@ Json config_to_json(const PlanConfig& c) {
   j["seqlen_multiple"] = c.seqlen_multiple;
   j["seed"] = c.seed;
   j["iterations"] = c.iterations;
+  if (c.micro_batch_size != 0) j["micro_batch_size"] = c.micro_batch_size;
+  if (c.recompute) j["recompute"] = recompute_name(*c.recompute);
   return j;
 }
 
@@ -130,7 +124,7 @@ Json replica_to_json(const ReplicaPlan& r, ModelKind model) {
     mbs.push_back(microbatch_to_json(r.microbatches[i], r.estimates.empty() ? nullptr : &r.estimates[i], model));
   }
   j["microbatches"] = std::move(mbs);
-  j["schedule"] = r.schedule;
+  j["schedule"] = schedule_kind_name(r.schedule);
   j["recompute"] = recompute_name(r.recompute);
   j["est_iteration_ms"] = finite(r.est_iteration_ms, "est_iteration_ms");
   j["est_peak_memory_bytes"] = r.est_peak_memory_bytes;
@@ -138,7 +132,7 @@ Json replica_to_json(const ReplicaPlan& r, ModelKind model) {
   for (const TimedOp& t : r.timeline) {
     Json op;
     op["stage"] = t.op.stage;
-    op["op"] = std::string(1, op_letter(t.op.kind));
+    op["op"] = std::string(1, op_kind_letter(t.op.kind));
     op["mb"] = t.op.mb;
     op["start_ms"] = finite(t.start_ms, "timeline start_ms");
     op["end_ms"] = finite(t.end_ms, "timeline end_ms");
@@ -311,15 +305,37 @@ ModelSpec model_from(const Node& n) {
   return m;
 }
 
+std::string quoted_list(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (std::string_view name : names) out += cat(out.empty() ? "" : ", ", "\"", name, "\"");
+  return cat("one of ", out);
+}
+
+Strategy strategy_from(const Node& n) {
+  const std::optional<Strategy> strategy = parse_strategy(n.string());
+  if (!strategy) n.fail(quoted_list(strategy_names()));
+  return *strategy;
+}
+
+ScheduleKind schedule_from(const Node& n, bool allow_auto) {
+  std::vector<std::string_view> names = schedule_kind_names();
+  if (!allow_auto) names.erase(names.begin());
+  const std::optional<ScheduleKind> kind = parse_schedule_kind(n.string());
+  if (!kind || (!allow_auto && *kind == ScheduleKind::Auto)) n.fail(quoted_list(names));
+  return *kind;
+}
+
 PlanConfig config_from(const Node& n) {
   PlanConfig c;
   c.model = model_from(n["model"]);
   c.samples_path = n["samples_path"].string();
-  c.strategy = n["strategy"].string();
-  c.schedule = n["schedule"].string();
+  c.strategy = strategy_from(n["strategy"]);
+  c.schedule = schedule_from(n["schedule"], /*allow_auto=*/true);
   c.cost_model = n["cost_model"].string();
+  if (n.has("tp")) c.tp = n["tp"].int32(1);
   c.pp = n["pp"].int32(1);
   c.dp = n["dp"].int32(1);
+  c.zero = n.has("zero") ? n["zero"].int32(0, 1) : 0;  // added after format v1: optional
   c.chunks = n["chunks"].int32(1);
   c.max_seqlen = n["max_seqlen"].int64(0);
   c.max_target_len = n["max_target_len"].int64(0);
@@ -328,6 +344,13 @@ PlanConfig config_from(const Node& n) {
   c.seqlen_multiple = n["seqlen_multiple"].int32(1);
   c.seed = n["seed"].uint64();
   c.iterations = n["iterations"].int64(0);
+  if (n.has("micro_batch_size")) c.micro_batch_size = n["micro_batch_size"].int64(0);
+  if (n.has("recompute")) {
+    const Node recompute = n["recompute"];
+    const auto mode = parse_recompute(recompute.string());
+    if (!mode) recompute.fail("one of \"none\", \"selective\", \"full\"");
+    c.recompute = *mode;
+  }
   return c;
 }
 
@@ -396,7 +419,7 @@ ReplicaPlan replica_from(const Node& n, ModelKind model) {
     }
     r.microbatches.push_back(std::move(mb));
   }
-  r.schedule = n["schedule"].string();
+  r.schedule = schedule_from(n["schedule"], /*allow_auto=*/false);
   Node recompute = n["recompute"];
   auto mode = parse_recompute(recompute.string());
   if (!mode) recompute.fail("one of \"none\", \"selective\", \"full\"");

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "dynapipe/core/rank_layout.h"
 #include "dynapipe/core/strings.h"
 
 namespace dynapipe {
@@ -145,7 +146,7 @@ void Replay::setup() {
   for (std::size_t e = 0; e < programs_.size(); ++e) {
     const ExecutorProgram& p = programs_[e];
     if (p.device < 0 || p.device >= layout.num_devices || p.replica < 0 ||
-        p.rank != p.replica * layout.num_devices + p.device) {
+        p.rank != RankLayout{.pp = layout.num_devices, .dp = p.replica + 1}.rank_of(p.replica, p.device)) {
       fail(cat("executor ", e, " must have device in [0, ", layout.num_devices,
                "), replica >= 0 and rank = replica * ", layout.num_devices, " + device, got rank ",
                p.rank, ", device ", p.device, ", replica ", p.replica));

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "dynapipe/batching/batching.h"
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/plan/lowering.h"
@@ -19,16 +19,19 @@ namespace {
 
 constexpr int kInterleavedChunks = 2;
 
-bool known_schedule(const std::string& name) {
-  if (name == "auto") return true;
-  const auto& names = schedule_names();
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
 void validate_config(const PlanConfig& config) {
   config.model.validate();
+  if (config.tp < 1) throw Error(ErrorKind::InvalidArgument, cat("--tp must be >= 1, got ", config.tp));
+  check_tensor_parallel(config.model, config.tp);
+  if (config.micro_batch_size < 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--micro-batch-size must be >= 0, got ", config.micro_batch_size));
+  }
   if (config.pp < 1) throw Error(ErrorKind::InvalidArgument, cat("--pp must be >= 1, got ", config.pp));
   if (config.dp < 1) throw Error(ErrorKind::InvalidArgument, cat("--dp must be >= 1, got ", config.dp));
+  if (config.zero != 0 && config.zero != 1) {
+    throw Error(ErrorKind::InvalidArgument, cat("--zero must be 0 or 1, got ", config.zero));
+  }
   if (config.pp > config.model.total_layers()) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--pp must be at most the model's ", config.model.total_layers(),
@@ -45,16 +48,27 @@ void validate_config(const PlanConfig& config) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--memory-limit must be >= 0 GiB, got ", config.memory_limit_gib));
   }
-  if (!parse_strategy(config.strategy)) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat("--strategy must be one of ", join(strategy_names(), ", "), ", got \"",
-                    config.strategy, "\""));
+}
+
+// Replays the replica's programs (deadlock freedom, matching, buffers) and their memory
+// in instruction order: static bytes, each micro-batch's stored activations from F to its
+// B/W and every live message buffer together must stay within the memory limit. This is
+// the plan's memory claim checked independently of the simulator's timeline, which
+// chose the schedule.
+void verify_replica(const ReplicaPlan& replica, const PipelineProblem& problem,
+                    const CostModel& stage_model, std::int64_t memory_limit_bytes) {
+  VerifyOptions verify;
+  verify.layout = problem.layout;
+  verify.num_microbatches = static_cast<int>(replica.microbatches.size());
+  verify.static_bytes = problem.static_bytes;
+  verify.memory_limit_bytes = memory_limit_bytes;
+  verify.bytes_per_element = stage_model.device().bytes_per_element;
+  for (const auto& per_stage : problem.costs) {
+    std::vector<std::int64_t> stored;
+    for (const StageCost& c : per_stage) stored.push_back(c.stored_bytes);
+    verify.stored_bytes.push_back(std::move(stored));
   }
-  if (!known_schedule(config.schedule)) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat("--schedule must be auto or one of ", join(schedule_names(), ", "), ", got \"",
-                    config.schedule, "\""));
-  }
+  verify_programs(replica.executors, verify);
 }
 
 double percentile(std::vector<double> values, double q) {
@@ -92,6 +106,9 @@ struct Planner::Impl {
   std::int64_t memory_limit_bytes = 0;
   std::int64_t max_static_bytes = 0;  // the largest stage's parameters, grads, optimizer
   BatchingOptions batching;
+  // The schedule searched: config.schedule, except packing-megatron's "auto", which is
+  // 1F1B (the baseline's own schedule).
+  ScheduleKind schedule = ScheduleKind::Auto;
 
   Choice search(const GlobalBatch& batch, const BatchingOptions& options) const;
 };
@@ -110,8 +127,13 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
                       " samples cannot feed --dp ", m.config.dp,
                       " replicas; raise --global-batch-tokens or lower --dp"));
     }
-    replica.candidates = make_search_candidates(m.config.schedule, *m.cost, m.interleaved_cost.get(),
+    replica.candidates = make_search_candidates(m.schedule, *m.cost, m.interleaved_cost.get(),
                                                 replica.microbatches, m.config.pp, m.memory_limit_bytes);
+    if (options.recompute) {
+      // One mode for the whole run: the schedule search keeps the batching's.
+      std::erase_if(replica.candidates,
+                    [&](const SearchCandidate& c) { return c.recompute != *options.recompute; });
+    }
     SearchOptions search_options;
     search_options.seed = m.config.seed;
     try {
@@ -138,9 +160,15 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   Impl& m = *impl_;
   m.config = config;
   m.options = options;
+  m.schedule = config.schedule;
+  if (config.strategy == Strategy::PackingMegatron && config.schedule == ScheduleKind::Auto) {
+    m.schedule = ScheduleKind::OneFOneB;
+  }
   CostModelOptions cost_options;
   cost_options.num_stages = config.pp;
+  cost_options.tp = config.tp;
   cost_options.seqlen_multiple = config.seqlen_multiple;
+  cost_options.zero_shards = config.zero == 1 ? config.dp : 1;
   m.base_cost = make_cost_model(config.cost_model, config.model, cost_options);
   m.cost = options.calibration ? make_calibrated_cost_model(m.base_cost, options.calibration)
                                : m.base_cost;
@@ -148,8 +176,9 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   const bool interleaving_possible =
       config.pp > 1 && config.model.total_layers() >= config.pp * kInterleavedChunks;
   const bool wants_interleaved =
-      config.schedule == "interleaved" || (config.schedule == "auto" && !options.fixed_layout);
-  if (config.schedule == "interleaved" && !interleaving_possible) {
+      m.schedule == ScheduleKind::Interleaved ||
+      (m.schedule == ScheduleKind::Auto && !options.fixed_layout);
+  if (config.schedule == ScheduleKind::Interleaved && !interleaving_possible) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--schedule interleaved needs --pp >= 2 and at least ", kInterleavedChunks,
                     " layers per stage (", config.model.name, " has ", config.model.total_layers(),
@@ -160,7 +189,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
     CostModelOptions interleaved_options = cost_options;
     interleaved_options.num_stages = config.pp * kInterleavedChunks;
     m.interleaved_cost = make_cost_model(config.cost_model, config.model, interleaved_options);
-    if (config.schedule == "interleaved") m.config.chunks = kInterleavedChunks;
+    if (config.schedule == ScheduleKind::Interleaved) m.config.chunks = kInterleavedChunks;
   }
 
   m.memory_limit_bytes = config.memory_limit_gib > 0 ? gib_to_bytes(config.memory_limit_gib)
@@ -180,7 +209,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   }
 
   BatchingOptions& b = m.batching;
-  b.strategy = *parse_strategy(config.strategy);
+  b.strategy = config.strategy;
   b.kind = config.model.kind;
   b.num_stages = config.pp;
   b.dp = config.dp;
@@ -188,6 +217,8 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   b.max_seqlen = config.max_seqlen;
   b.max_target_len = config.max_target_len > 0 ? config.max_target_len : config.max_seqlen;
   b.seqlen_multiple = config.seqlen_multiple;
+  b.fixed_batch = config.micro_batch_size;
+  b.recompute = config.recompute;
   b.validate();
 }
 
@@ -196,6 +227,9 @@ Planner::~Planner() = default;
 const PlanConfig& Planner::config() const { return impl_->config; }
 const CostModel& Planner::cost_model() const { return *impl_->cost; }
 const CostModel& Planner::base_cost_model() const { return *impl_->base_cost; }
+const std::vector<StageLayers>& Planner::stage_layers() const {
+  return impl_->config.chunks > 1 ? impl_->interleaved_cost->stages() : impl_->base_cost->stages();
+}
 
 IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
   const Impl& m = *impl_;
@@ -263,12 +297,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     lowering.order = &best.order;
     lowering.sim = &best.sim;
     replica.executors = lower_to_programs(lowering);
-    if (m.options.verify) {
-      VerifyOptions verify;
-      verify.layout = chosen.problem.layout;
-      verify.num_microbatches = static_cast<int>(microbatches.size());
-      verify_programs(replica.executors, verify);
-    }
+    if (m.options.verify) verify_replica(replica, chosen.problem, stage_model, m.memory_limit_bytes);
     iteration.est_iteration_ms = std::max(iteration.est_iteration_ms, replica.est_iteration_ms);
     iteration.replicas.push_back(std::move(replica));
   }

@@ -1,6 +1,7 @@
 // The Schedule registry: one small class per `--schedule` name over the builders.
 #include "dynapipe/schedule/schedule.h"
 
+#include <array>
 #include <functional>
 
 #include "dynapipe/core/error.h"
@@ -15,15 +16,15 @@ enum class Layouts { Any, SingleChunk, Interleaved };
 class BuilderSchedule final : public Schedule {
  public:
   using Builder = std::function<ScheduleOrder(const PipelineProblem&)>;
-  BuilderSchedule(std::string_view name, Layouts layouts, bool adaptive, bool split_backward,
+  BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
                   Builder builder)
-      : name_(name),
+      : kind_(kind),
         layouts_(layouts),
         adaptive_(adaptive),
         split_backward_(split_backward),
         builder_(std::move(builder)) {}
 
-  std::string_view name() const override { return name_; }
+  ScheduleKind kind() const override { return kind_; }
   bool adaptive() const override { return adaptive_; }
   bool needs_virtual_stages() const override { return layouts_ == Layouts::Interleaved; }
 
@@ -33,11 +34,11 @@ class BuilderSchedule final : public Schedule {
     const int chunks = problem.layout.chunks;
     std::string reason;
     if (layouts_ == Layouts::SingleChunk && chunks != 1) {
-      reason = cat(name_, " needs layout.chunks == 1, got ", chunks);
+      reason = cat(name(), " needs layout.chunks == 1, got ", chunks);
     } else if (layouts_ == Layouts::Interleaved && chunks < 2) {
-      reason = cat(name_, " needs layout.chunks >= 2, got ", chunks);
+      reason = cat(name(), " needs layout.chunks >= 2, got ", chunks);
     } else if (split_backward_ && !has_split_backward(problem)) {
-      reason = cat(name_, " needs the cost model's split backward (bwd_input_ms, "
+      reason = cat(name(), " needs the cost model's split backward (bwd_input_ms, "
                           "bwd_weight_ms), got 0 for both with bwd_ms > 0");
     }
     if (!reason.empty()) {
@@ -59,52 +60,109 @@ class BuilderSchedule final : public Schedule {
     return true;
   }
 
-  std::string_view name_;
+  ScheduleKind kind_;
   Layouts layouts_;
   bool adaptive_;
   bool split_backward_;
   Builder builder_;
 };
 
+struct ScheduleKindName {
+  ScheduleKind kind;
+  std::string_view name;
+};
+
+// The one table behind parse, print, the CLI choices and the search order.
+constexpr std::array<ScheduleKindName, 7> kScheduleKindNames{{
+    {ScheduleKind::Auto, "auto"},
+    {ScheduleKind::GPipe, "gpipe"},
+    {ScheduleKind::OneFOneB, "1f1b"},
+    {ScheduleKind::Interleaved, "interleaved"},
+    {ScheduleKind::Cyclic, "cyclic"},
+    {ScheduleKind::WaitFreeCyclic, "wait-free-cyclic"},
+    {ScheduleKind::Zb1p, "zb1p"},
+}};
+
 }  // namespace
 
+std::string_view schedule_kind_name(ScheduleKind kind) {
+  for (const ScheduleKindName& entry : kScheduleKindNames) {
+    if (entry.kind == kind) return entry.name;
+  }
+  return "unknown";
+}
+
+std::optional<ScheduleKind> parse_schedule_kind(std::string_view name) {
+  for (const ScheduleKindName& entry : kScheduleKindNames) {
+    if (entry.name == name) return entry.kind;
+  }
+  return std::nullopt;
+}
+
+const std::vector<ScheduleKind>& schedule_kinds() {
+  static const std::vector<ScheduleKind> kKinds = [] {
+    std::vector<ScheduleKind> kinds;
+    for (const ScheduleKindName& entry : kScheduleKindNames) {
+      if (entry.kind != ScheduleKind::Auto) kinds.push_back(entry.kind);
+    }
+    return kinds;
+  }();
+  return kKinds;
+}
+
+std::vector<std::string_view> schedule_kind_names() {
+  std::vector<std::string_view> names;
+  for (const ScheduleKindName& entry : kScheduleKindNames) names.push_back(entry.name);
+  return names;
+}
+
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> kNames = {"gpipe",  "1f1b",             "interleaved",
-                                                  "cyclic", "wait-free-cyclic", "zb1p"};
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> names;
+    for (ScheduleKind kind : schedule_kinds()) names.emplace_back(schedule_kind_name(kind));
+    return names;
+  }();
   return kNames;
 }
 
-std::unique_ptr<Schedule> make_schedule(std::string_view name) {
+std::unique_ptr<Schedule> make_schedule(ScheduleKind kind) {
   using detail::build_cyclic;
-  if (name == "gpipe") {
-    return std::make_unique<BuilderSchedule>("gpipe", Layouts::Any, false, false,
-                                             detail::build_gpipe);
-  }
-  if (name == "1f1b") {
-    return std::make_unique<BuilderSchedule>("1f1b", Layouts::SingleChunk, false, false,
-                                             detail::build_1f1b);
-  }
-  if (name == "interleaved") {
-    return std::make_unique<BuilderSchedule>("interleaved", Layouts::Interleaved, false, false,
-                                             detail::build_interleaved);
-  }
-  if (name == "cyclic") {
-    return std::make_unique<BuilderSchedule>(
-        "cyclic", Layouts::Any, true, false,
-        [](const PipelineProblem& p) { return build_cyclic(p, /*barriers=*/true); });
-  }
-  if (name == "wait-free-cyclic") {
-    return std::make_unique<BuilderSchedule>(
-        "wait-free-cyclic", Layouts::Any, true, false,
-        [](const PipelineProblem& p) { return build_cyclic(p, /*barriers=*/false); });
-  }
-  if (name == "zb1p") {
-    return std::make_unique<BuilderSchedule>("zb1p", Layouts::SingleChunk, true, true,
-                                             detail::build_zb1p);
+  switch (kind) {
+    case ScheduleKind::GPipe:
+      return std::make_unique<BuilderSchedule>(kind, Layouts::Any, false, false,
+                                               detail::build_gpipe);
+    case ScheduleKind::OneFOneB:
+      return std::make_unique<BuilderSchedule>(kind, Layouts::SingleChunk, false, false,
+                                               detail::build_1f1b);
+    case ScheduleKind::Interleaved:
+      return std::make_unique<BuilderSchedule>(kind, Layouts::Interleaved, false, false,
+                                               detail::build_interleaved);
+    case ScheduleKind::Cyclic:
+      return std::make_unique<BuilderSchedule>(
+          kind, Layouts::Any, true, false,
+          [](const PipelineProblem& p) { return build_cyclic(p, /*barriers=*/true); });
+    case ScheduleKind::WaitFreeCyclic:
+      return std::make_unique<BuilderSchedule>(
+          kind, Layouts::Any, true, false,
+          [](const PipelineProblem& p) { return build_cyclic(p, /*barriers=*/false); });
+    case ScheduleKind::Zb1p:
+      return std::make_unique<BuilderSchedule>(kind, Layouts::SingleChunk, true, true,
+                                               detail::build_zb1p);
+    case ScheduleKind::Auto:
+      break;
   }
   throw Error(ErrorKind::InvalidArgument,
-              cat("schedule must be one of ", join(schedule_names(), ", "), ", got \"", name,
-                  "\""));
+              "make_schedule: auto is a search over schedules, not a schedule");
+}
+
+std::unique_ptr<Schedule> make_schedule(std::string_view name) {
+  const std::optional<ScheduleKind> kind = parse_schedule_kind(name);
+  if (!kind || *kind == ScheduleKind::Auto) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("schedule must be one of ", join(schedule_names(), ", "), ", got \"", name,
+                    "\""));
+  }
+  return make_schedule(*kind);
 }
 
 }  // namespace dynapipe

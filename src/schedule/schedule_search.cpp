@@ -118,7 +118,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     throw Error(ErrorKind::InvalidArgument,
                 "schedule search: candidates must not be empty, got none");
   }
-  std::map<std::string, std::unique_ptr<Schedule>, std::less<>> schedules;
+  std::map<ScheduleKind, std::unique_ptr<Schedule>> schedules;
   Simulator simulator;
   SimResult scratch;
   SearchResult result;
@@ -143,7 +143,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       continue;
     }
     const std::string label =
-        cat(candidate.schedule, ", recompute ", recompute_name(candidate.recompute));
+        cat(schedule_kind_name(candidate.schedule), ", recompute ", recompute_name(candidate.recompute));
     const bool permute = options.permute && (schedule.adaptive() || options.permute_fixed);
     const std::vector<std::vector<int>> orders =
         micro_batch_orders(candidate.problem, permute, options);
@@ -205,7 +205,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     throw Error(ErrorKind::Infeasible,
                 cat("--memory-limit ", gib_text(limit_gib, 3), " GiB: no schedule fits; micro-batch ",
                     smallest->mb, " needs ", gib_text(need_gib, decimals), " GiB on stage ",
-                    smallest->stage, " (schedule ", worst.schedule, ", recompute ",
+                    smallest->stage, " (schedule ", schedule_kind_name(worst.schedule), ", recompute ",
                     recompute_name(worst.recompute), ")"));
   }
 
@@ -261,7 +261,7 @@ PipelineProblem make_pipeline_problem(const CostModel& model,
   return problem;
 }
 
-std::vector<SearchCandidate> make_search_candidates(std::string_view schedule,
+std::vector<SearchCandidate> make_search_candidates(ScheduleKind schedule,
                                                     const CostModel& model,
                                                     const CostModel* interleaved_model,
                                                     std::span<const MicroBatch> microbatches,
@@ -271,14 +271,9 @@ std::vector<SearchCandidate> make_search_candidates(std::string_view schedule,
     throw Error(ErrorKind::InvalidArgument,
                 cat("schedule candidates: num_devices must be >= 1, got ", num_devices));
   }
-  const bool everything = schedule == "auto";
-  std::vector<std::string> names;
-  if (everything) {
-    names = schedule_names();
-  } else {
-    make_schedule(schedule);  // throws for an unknown name
-    names.emplace_back(schedule);
-  }
+  const bool everything = schedule == ScheduleKind::Auto;
+  const std::vector<ScheduleKind> kinds =
+      everything ? schedule_kinds() : std::vector<ScheduleKind>{schedule};
   int chunks = 0;
   if (interleaved_model != nullptr) {
     chunks = interleaved_model->num_stages() / num_devices;
@@ -292,8 +287,8 @@ std::vector<SearchCandidate> make_search_candidates(std::string_view schedule,
   std::vector<SearchCandidate> candidates;
   for (Recompute recompute : kRecomputeModes) {
     std::optional<PipelineProblem> plain, interleaved;
-    for (const std::string& name : names) {
-      if (make_schedule(name)->needs_virtual_stages()) {
+    for (ScheduleKind kind : kinds) {
+      if (make_schedule(kind)->needs_virtual_stages()) {
         if (interleaved_model == nullptr) {
           if (everything) continue;
           throw Error(ErrorKind::InvalidArgument,
@@ -303,13 +298,13 @@ std::vector<SearchCandidate> make_search_candidates(std::string_view schedule,
           interleaved = make_pipeline_problem(*interleaved_model, microbatches, recompute,
                                               {num_devices, chunks}, memory_limit_bytes);
         }
-        candidates.push_back({name, recompute, *interleaved});
+        candidates.push_back({kind, recompute, *interleaved});
       } else {
         if (!plain) {
           plain = make_pipeline_problem(model, microbatches, recompute, {num_devices, 1},
                                         memory_limit_bytes);
         }
-        candidates.push_back({name, recompute, *plain});
+        candidates.push_back({kind, recompute, *plain});
       }
     }
   }

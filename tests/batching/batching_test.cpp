@@ -54,7 +54,7 @@ TEST(StrategyTest, NamesRoundTrip) {
     ASSERT_TRUE(parsed.has_value()) << name;
     EXPECT_EQ(strategy_name(*parsed), name);
   }
-  EXPECT_EQ(strategy_names().size(), 5u);
+  EXPECT_EQ(strategy_names().size(), 6u);
   EXPECT_EQ(strategy_name(Strategy::PackingVarlen), "packing-varlen");
   EXPECT_FALSE(parse_strategy("Padding").has_value());
 }

@@ -267,3 +267,43 @@ TEST(AnalyticCostModelTest, BadSpecsAreNamed) {
 
 }  // namespace
 }  // namespace dynapipe
+
+namespace dynapipe {
+namespace {
+
+// Tensor parallelism without sequence parallelism (Korthikanti et al., Table 2): a layer
+// stores s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes per device; FLOPs split t ways, plus four
+// all-reduces of the hidden state per layer (two forward, two backward).
+TEST(AnalyticTensorParallel, ShardsActivationsAndAddsAllReduces) {
+  const ModelSpec spec = load_model_spec("gpt-6.7b");
+  const double b = 1, s = 2048, h = spec.hidden, a = spec.heads;
+  for (int t : {2, 4, 8}) {
+    const auto one = make_cost_model("analytic:a100-40g", spec, {.num_stages = 32});
+    const auto sharded = make_cost_model("analytic:a100-40g", spec, {.num_stages = 32, .tp = t});
+    const StageCost c1 = one->stage_cost(1, {.batch = 1, .seqlen = 2048}, {}, Recompute::None);
+    const StageCost ct = sharded->stage_cost(1, {.batch = 1, .seqlen = 2048}, {}, Recompute::None);
+    EXPECT_NEAR(static_cast<double>(ct.stored_bytes), s * b * h * (10 + 24.0 / t + 5 * a * s / (h * t)), 1) << t;
+    // One all-reduce of 2·s·h bytes over t ring members.
+    const double allreduce = sharded->allreduce_ms(static_cast<std::int64_t>(2 * s * h), t);
+    EXPECT_GT(allreduce, 0);
+    EXPECT_GT(ct.fwd_ms, c1.fwd_ms / t + 2 * allreduce - 1e-9) << t;
+    EXPECT_LT(ct.fwd_ms, c1.fwd_ms) << t;
+    // Parameters of a layer split t ways (LayerNorm and the output biases replicated).
+    EXPECT_NEAR(static_cast<double>(sharded->static_bytes(1)) / static_cast<double>(one->static_bytes(1)),
+                1.0 / t, 0.002) << t;
+  }
+}
+
+TEST(AnalyticTensorParallel, TpMustDivideTheHeads) {
+  const ModelSpec spec = load_model_spec("gpt-6.7b");
+  try {
+    make_cost_model("analytic:a100-40g", spec, {.tp = 3});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("--tp must be >= 1 and divide the 32 attention heads"));
+  }
+}
+
+}  // namespace
+}  // namespace dynapipe

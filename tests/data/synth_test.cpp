@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/length_stats.h"
 #include "test_util.h"
@@ -125,6 +127,35 @@ TEST(SynthTest, FlanLikeDistributionIsShapedAsDocumented) {
   EXPECT_EQ(stats.all.input.max, 16384);
 }
 
+// Zero-shot FLAN: inputs cut at 4096, short targets, few long samples that still carry a
+// third of the tokens (docs/data.md's share table).
+TEST(SynthTest, FlanZsoptIsShortWithATokenHeavyTail) {
+  SynthOptions options;
+  options.mixture = "flan-zsopt";
+  const SynthSamples out = generate_synthetic_samples(options);
+  std::int64_t tokens = 0, long_tokens = 0, long_samples = 0, short_targets = 0, max_input = 0;
+  for (const Sample& s : out.samples) {
+    ASSERT_LE(s.input_len, 4096);
+    ASSERT_LE(s.target_len, 512);
+    const std::int64_t n = std::int64_t{s.input_len} + s.target_len;
+    tokens += n;
+    if (n > 1024) {
+      long_tokens += n;
+      ++long_samples;
+    }
+    short_targets += s.target_len <= 8;
+    max_input = std::max<std::int64_t>(max_input, s.input_len);
+  }
+  const double samples = static_cast<double>(out.samples.size());
+  EXPECT_EQ(max_input, 4096);  // the long-summarisation tail reaches the export's cut
+  EXPECT_GT(long_samples / samples, 0.03);
+  EXPECT_LT(long_samples / samples, 0.08);
+  EXPECT_GT(static_cast<double>(long_tokens) / static_cast<double>(tokens), 0.25);
+  EXPECT_LT(static_cast<double>(long_tokens) / static_cast<double>(tokens), 0.40);
+  EXPECT_GT(short_targets / samples, 0.60);
+  EXPECT_NEAR(static_cast<double>(tokens) / samples, 277, 15);
+}
+
 TEST(SynthTest, OptionsAreValidated) {
   SynthOptions options;
   options.num_samples = 0;
@@ -133,7 +164,7 @@ TEST(SynthTest, OptionsAreValidated) {
   options.num_samples = 5;
   options.mixture = "pile";
   expect_error([&] { options.validate(); }, ErrorKind::NotFound,
-               HasSubstr("mixture must be one of flan-like, got \"pile\""));
+               HasSubstr("mixture must be one of flan-like, flan-zsopt, got \"pile\""));
   options.tasks = {{.name = "a", .target_min = 5, .target_max = 3}};
   expect_error([&] { generate_synthetic_samples(options); }, ErrorKind::InvalidArgument,
                HasSubstr("synth task 0 (\"a\"): target_max must be in [target_min, 2^31), got 3"));

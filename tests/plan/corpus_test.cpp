@@ -96,7 +96,7 @@ TEST(CorpusTest, DISABLED_WriteSeeds) {
     testing::Lowered l = testing::lower(testing::one_f_one_b(3, 3, true), {.num_devices = 3}, 3);
     zb.iterations[0].replicas[0].timeline = l.sim.timeline;
     zb.iterations[0].replicas[0].executors = l.programs;
-    zb.iterations[0].replicas[0].schedule = "zb1p";
+    zb.iterations[0].replicas[0].schedule = ScheduleKind::Zb1p;
   }
   std::string gpt_json = plan_to_json(gpt, 1);
   write(kCorpus / "json/gpt_1f1b.json", gpt_json);

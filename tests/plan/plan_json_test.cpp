@@ -156,3 +156,32 @@ TEST(PlanJsonTest, JsonBinaryJsonRoundTrip) {
 
 }  // namespace
 }  // namespace dynapipe
+
+namespace dynapipe {
+namespace {
+
+// tp, micro_batch_size and recompute are written only when set, so plans without them
+// keep their bytes, and they round-trip when set.
+TEST(PlanJsonConfigTest, TensorParallelAndFixedBatchingRoundTrip) {
+  ExecutionPlan plan = testing::sample_plan(ModelKind::Gpt);
+  const std::string plain = plan_to_json(plan);
+  EXPECT_EQ(plain.find("\"tp\""), std::string::npos);
+  EXPECT_EQ(plain.find("micro_batch_size"), std::string::npos);
+  EXPECT_EQ(plan_from_json(plain, "p.json").config.tp, 1);
+  plan.config.tp = 4;
+  plan.config.micro_batch_size = 2;
+  plan.config.recompute = Recompute::Selective;
+  const ExecutionPlan back = plan_from_json(plan_to_json(plan), "p.json");
+  EXPECT_EQ(back.config, plan.config);
+  Json j = Json::parse(plan_to_json(plan));
+  j["config"]["recompute"] = "most";
+  try {
+    plan_from_json(j.dump(), "p.json");
+    ADD_FAILURE() << "accepted a bad recompute";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("config.recompute must be one of"));
+  }
+}
+
+}  // namespace
+}  // namespace dynapipe

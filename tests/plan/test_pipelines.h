@@ -220,7 +220,7 @@ inline ExecutionPlan sample_plan(ModelKind model, int pp = 2, int dp = 2, int it
   plan.config.model.vocab = 512;
   plan.config.model.max_positions = 1024;
   plan.config.samples_path = "assets/flan-mini.jsonl.gz";
-  plan.config.schedule = "1f1b";
+  plan.config.schedule = ScheduleKind::OneFOneB;
   plan.config.pp = pp;
   plan.config.dp = dp;
   plan.config.max_seqlen = 512;
@@ -255,7 +255,7 @@ inline ExecutionPlan sample_plan(ModelKind model, int pp = 2, int dp = 2, int it
         }
         replica.estimates.push_back(e);
       }
-      replica.schedule = "1f1b";
+      replica.schedule = ScheduleKind::OneFOneB;
       replica.recompute = r == 0 ? Recompute::None : Recompute::Selective;
       replica.est_iteration_ms = l.sim.makespan_ms;
       replica.est_peak_memory_bytes.assign(pp, 123456789012);

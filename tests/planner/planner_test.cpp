@@ -25,11 +25,11 @@ PlannerOptions options_with(bool fixed_layout, std::vector<double> shares = {0.7
   return options;
 }
 
-PlanConfig gpt_config(const std::string& strategy, int pp, int dp, std::int64_t max_seqlen) {
+PlanConfig gpt_config(std::string_view strategy, int pp, int dp, std::int64_t max_seqlen) {
   PlanConfig config;
   config.model = load_model_spec("gpt-6.7b");
   config.samples_path = DYNAPIPE_SOURCE_DIR "/assets/flan_like_mix.jsonl.gz";
-  config.strategy = strategy;
+  config.strategy = *parse_strategy(strategy);
   config.cost_model = "analytic:a100-40g";
   config.pp = pp;
   config.dp = dp;
@@ -118,6 +118,62 @@ TEST(PlannerTest, BadBudgetSharesAreRejected) {
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
       EXPECT_NE(std::string(e.what()).find("activation budget share"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dynapipe
+
+namespace dynapipe {
+namespace {
+
+// A stage over tp devices holds 1/tp of the parameters: GPT-6.7B on one device does not
+// fit 40 GiB (~107 GB of training state), over tp 4 it does.
+TEST(PlannerTensorParallelTest, TpShardsTheStaticMemory) {
+  PlanConfig config;
+  config.model = load_model_spec("gpt-6.7b");
+  config.cost_model = "a100-measured";
+  config.strategy = Strategy::DynaPipe;
+  config.max_seqlen = 2048;
+  config.max_target_len = 2048;
+  config.global_batch_tokens = 16384;
+  config.memory_limit_gib = 40;
+  try {
+    const Planner planner(config);
+    FAIL() << "tp 1 should not fit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Infeasible);
+  }
+  config.tp = 4;
+  const Planner planner(config);
+  EXPECT_LT(planner.cost_model().static_bytes(0), gib_to_bytes(40));
+  GlobalBatch batch;
+  for (int k = 0; k < 40; ++k) batch.samples.push_back({.id = k, .input_len = 100 + 37 * k, .target_len = 8});
+  const IterationPlan plan = planner.plan_iteration(batch);
+  for (std::int64_t bytes : plan.replicas[0].est_peak_memory_bytes) EXPECT_LE(bytes, gib_to_bytes(40));
+  config.tp = 3;
+  EXPECT_THROW(Planner{config}, Error);  // 32 heads
+}
+
+// packing-megatron runs one recompute mode, fixed rows per micro-batch, full-length rows
+// and 1F1B.
+TEST(PlannerTensorParallelTest, PackingMegatronKeepsItsFixedChoices) {
+  PlanConfig config = gpt_config("packing-megatron", 4, 2, 2048);
+  config.cost_model = "a100-measured";
+  config.memory_limit_gib = 35.16;
+  config.micro_batch_size = 2;
+  config.recompute = Recompute::Full;
+  const Planner planner(config, options_with(true));
+  for (const GlobalBatch& batch : batches_of(config, 2)) {
+    const IterationPlan plan = planner.plan_iteration(batch);
+    for (const ReplicaPlan& replica : plan.replicas) {
+      EXPECT_EQ(replica.schedule, ScheduleKind::OneFOneB);
+      EXPECT_EQ(replica.recompute, Recompute::Full);
+      for (const MicroBatch& mb : replica.microbatches) {
+        EXPECT_LE(mb.shape.batch, 2);
+        EXPECT_EQ(mb.shape.seqlen, 2048);
+      }
     }
   }
 }

@@ -85,7 +85,7 @@ std::vector<Rank> run_pipeline(int pp, int dp, const std::vector<std::vector<Mic
   for (int rank = 0; rank < world; ++rank) {
     int d = rank % pp, r = rank / pp;
     ranks[rank].stage = std::make_shared<FakeStage>(d, pp);
-    ExecutorConfig config{.rank = rank, .world_size = world, .pp = pp, .num_stages = pp,
+    ExecutorConfig config{.rank = rank, .ranks = {.pp = pp, .dp = world / pp}, .num_stages = pp,
                           .comm_timeout = timeout};
     ranks[rank].executor = std::make_unique<Executor>(
         config, std::map<int, std::shared_ptr<StageModel>>{{d, ranks[rank].stage}}, *pipe[rank],
@@ -189,7 +189,7 @@ TEST(ExecutorTest, MismatchedPlanOverGlooFailsWithinDeadline) {
     auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
     auto comm = make_gloo_communicator(store, "pipe", rank, 2, 2000ms);
     auto stage = std::make_shared<FakeStage>(rank, 2);
-    Executor executor({.rank = rank, .world_size = 2, .pp = 2, .num_stages = 2, .comm_timeout = 2000ms},
+    Executor executor({.rank = rank, .ranks = {.pp = 2, .dp = 1}, .num_stages = 2, .comm_timeout = 2000ms},
                       {{rank, stage}}, *comm, nullptr, fake_collate);
     try {
       executor.run({.iteration = 7, .replica = &plan, .program = &plan.executors[rank], .loss_scale = 0.01});
@@ -209,7 +209,7 @@ TEST(ExecutorTest, ValidationRejectsBadProgramsBeforeRunning) {
   ReplicaPlan plan;
   plan.microbatches = mbs;
   plan.executors = gpipe_programs(mbs, 2, 0, false);
-  ExecutorConfig config{.rank = 0, .world_size = 2, .pp = 2, .num_stages = 2};
+  ExecutorConfig config{.rank = 0, .ranks = {.pp = 2, .dp = 1}, .num_stages = 2};
   EXPECT_NO_THROW(validate_program(plan.executors[0], plan, 3, config, {0}));
   auto expect_parse_error = [&](std::function<void(ExecutorProgram&)> edit, const std::string& what) {
     auto p = plan.executors[0];
@@ -240,6 +240,39 @@ TEST(ExecutorTest, SingleStageRunsWithoutCommunication) {
   auto ranks = run_pipeline(1, 1, {mbs}, false);
   EXPECT_NEAR(ranks[0].result.loss, ref.loss, 1e-6);
   expect_near(grads_of(*ranks[0].stage), ref.grads(0));
+}
+
+// ZeRO-1: each replica's AdamW holds only the parameters it owns, together every one once.
+TEST(ExecutorTest, ZeroShardsTheOptimizerOverTheReplicas) {
+  auto pipe = make_local_communicators(2);
+  auto dp = make_local_communicators(2);
+  std::size_t total = 0, held = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto stage = std::make_shared<FakeStage>(0, 1);
+    total = stage->parameters().size();
+    for (bool zero : {false, true}) {
+      Executor executor({.rank = rank, .ranks = {.pp = 1, .dp = 2}, .num_stages = 1, .zero = zero},
+                        {{0, stage}}, *pipe[rank], dp[rank].get(), fake_collate);
+      std::size_t params = 0;
+      for (const auto& group : executor.optimizer().param_groups()) params += group.params().size();
+      if (zero) {
+        held += params;
+        EXPECT_LT(params, total) << "rank " << rank;
+      } else {
+        EXPECT_EQ(params, total);
+      }
+    }
+  }
+  EXPECT_EQ(held, total);
+  ASSERT_GE(total, 2u);
+}
+
+TEST(ExecutorTest, ZeroOwnersBalanceElementsDeterministically) {
+  // Largest first to the lightest replica: 100 -> 0, 60 -> 1, 50 -> 1, 10 -> 0, 5 -> 0.
+  EXPECT_EQ(zero_owner({10, 100, 50, 60, 5}, 2), (std::vector<int>{0, 0, 1, 1, 0}));
+  EXPECT_EQ(zero_owner({7, 7, 7}, 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(zero_owner({4, 4}, 1), (std::vector<int>{0, 0}));
+  EXPECT_EQ(zero_owner({}, 2), std::vector<int>{});
 }
 
 }  // namespace

@@ -142,7 +142,7 @@ TEST(PlanStoreTest, RedisRoundTripAgainstRealServer) {
   std::unique_ptr<PlanStore> store;
   for (int attempt = 0; attempt < 100 && !store; ++attempt) {
     try {
-      store = open_plan_store({.url = cat("redis://:sekret@127.0.0.1:", port), .run_id = "t3", .timeout = 1000ms});
+      store = open_plan_store({.url = cat("redis://127.0.0.1:", port), .password = "sekret", .run_id = "t3", .timeout = 1000ms});
     } catch (const Error&) {
       std::this_thread::sleep_for(50ms);
     }
@@ -159,7 +159,8 @@ TEST(PlanStoreTest, RedisRoundTripAgainstRealServer) {
 }
 
 TEST(PlanStoreTest, BadUrlsAreInvalidArguments) {
-  for (std::string url : {"redis://nohost", "tcp://host:notaport", "ftp://h:1", "garbage", "tcp://h:70000"}) {
+  for (std::string url : {"redis://nohost", "tcp://host:notaport", "ftp://h:1", "garbage", "tcp://h:70000",
+                          "redis://:sekret@127.0.0.1:6379"}) {
     try {
       open_plan_store({.url = url});
       ADD_FAILURE() << "accepted " << url;

@@ -44,7 +44,7 @@ IterationPlan fake_plan(std::int64_t i, int pp, int dp) {
       replica.microbatches.push_back(mb);
     }
     replica.executors = gpipe_programs(replica.microbatches, pp, r, /*step=*/true);
-    replica.schedule = "gpipe";
+    replica.schedule = ScheduleKind::GPipe;
     replica.est_peak_memory_bytes = std::vector<std::int64_t>(pp, 1000);
     plan.replicas.push_back(std::move(replica));
   }
@@ -88,7 +88,7 @@ TrainSummary run_job(Job& job) {
       return model;
     };
     hooks.collate = fake_collate;
-    RankContext context{.rank = rank, .world_size = world, .pp = job.pp, .dp = job.dp,
+    RankContext context{.rank = rank, .ranks = {.pp = job.pp, .dp = job.dp},
                         .pipe = pipe[rank].get(),
                         .dp_group = job.dp > 1 ? dps[rank % job.pp][rank / job.pp].get() : nullptr,
                         .store = &store};

@@ -91,18 +91,17 @@ TEST(CostBridgeTest, RejectsMismatchedLayoutsAndIds) {
 TEST(CostBridgeTest, AutoCandidatesCoverScheduleTimesRecompute) {
   const FixedCostModel model(4), interleaved(8);
   const auto mbs = microbatches({128, 512, 256, 64, 1024, 32});
-  auto without = make_search_candidates("auto", model, nullptr, mbs, 4, 0);
+  auto without = make_search_candidates(ScheduleKind::Auto, model, nullptr, mbs, 4, 0);
   EXPECT_EQ(without.size(), 5u * 3u);  // no interleaved without virtual stages
-  auto with = make_search_candidates("auto", model, &interleaved, mbs, 4, 0);
+  auto with = make_search_candidates(ScheduleKind::Auto, model, &interleaved, mbs, 4, 0);
   ASSERT_EQ(with.size(), 6u * 3u);
-  EXPECT_EQ(with[2].schedule, "interleaved");
+  EXPECT_EQ(with[2].schedule, ScheduleKind::Interleaved);
   EXPECT_EQ(with[2].problem.layout.chunks, 2);
   EXPECT_EQ(with[6].recompute, Recompute::Selective);
   const SearchResult r = search_schedule(with);
   EXPECT_TRUE(r.sim.fits_memory);
-  EXPECT_EQ(make_search_candidates("1f1b", model, nullptr, mbs, 4, 0).size(), 3u);
-  EXPECT_THROW(make_search_candidates("interleaved", model, nullptr, mbs, 4, 0), Error);
-  EXPECT_THROW(make_search_candidates("3f3b", model, nullptr, mbs, 4, 0), Error);
+  EXPECT_EQ(make_search_candidates(ScheduleKind::OneFOneB, model, nullptr, mbs, 4, 0).size(), 3u);
+  EXPECT_THROW(make_search_candidates(ScheduleKind::Interleaved, model, nullptr, mbs, 4, 0), Error);
 }
 
 TEST(CostBridgeTest, TightMemoryPicksRecomputation) {
@@ -110,7 +109,7 @@ TEST(CostBridgeTest, TightMemoryPicksRecomputation) {
   const auto mbs = microbatches({512, 512, 512, 512, 512, 512, 512, 512});
   // Stage 3: 4 MB static + one micro-batch in flight (1.024 MB stored, 0.1 MB peak)
   // exceeds 5 MB; selective recompute stores 0.61 MB and fits.
-  auto candidates = make_search_candidates("1f1b", model, nullptr, mbs, 4, 5'000'000);
+  auto candidates = make_search_candidates(ScheduleKind::OneFOneB, model, nullptr, mbs, 4, 5'000'000);
   const SearchResult r = search_schedule(candidates);
   EXPECT_EQ(r.recompute, Recompute::Selective);
   EXPECT_TRUE(r.sim.fits_memory);

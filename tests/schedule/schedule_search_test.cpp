@@ -20,7 +20,9 @@ using testing::uniform_problem;
 std::vector<SearchCandidate> candidates_for(const std::vector<std::string>& names,
                                             const PipelineProblem& problem) {
   std::vector<SearchCandidate> out;
-  for (const std::string& name : names) out.push_back({name, Recompute::None, problem});
+  for (const std::string& name : names) {
+    out.push_back({*parse_schedule_kind(name), Recompute::None, problem});
+  }
   return out;
 }
 
@@ -43,7 +45,7 @@ PipelineProblem heterogeneous_problem() {
 TEST(ScheduleSearchTest, PicksTheShortestSchedule) {
   const PipelineProblem p = uniform_problem(8, 4, 1.0, 2.0);
   const SearchResult r = search_schedule(candidates_for({"gpipe", "1f1b", "zb1p"}, p));
-  EXPECT_EQ(r.schedule, "zb1p");
+  EXPECT_EQ(r.schedule, ScheduleKind::Zb1p);
   EXPECT_EQ(r.candidate, 2);
   EXPECT_DOUBLE_EQ(r.sim.makespan_ms, simulate(p, r.order).makespan_ms);
   EXPECT_FALSE(r.sim.timeline.empty());
@@ -54,7 +56,7 @@ TEST(ScheduleSearchTest, PicksTheShortestSchedule) {
 TEST(ScheduleSearchTest, TiesKeepTheEarlierCandidate) {
   const PipelineProblem p = uniform_problem(8, 4, 1.0, 2.0);
   const SearchResult r = search_schedule(candidates_for({"gpipe", "1f1b"}, p));
-  EXPECT_EQ(r.schedule, "gpipe");  // same makespan; gpipe was listed first
+  EXPECT_EQ(r.schedule, ScheduleKind::GPipe);  // same makespan; gpipe was listed first
 }
 
 TEST(ScheduleSearchTest, SkipsCandidatesThatDoNotFit) {
@@ -62,7 +64,7 @@ TEST(ScheduleSearchTest, SkipsCandidatesThatDoNotFit) {
   p.memory_limit_bytes = 250;
   std::vector<SearchCandidate> candidates = candidates_for({"1f1b", "wait-free-cyclic"}, p);
   const SearchResult r = search_schedule(candidates);
-  EXPECT_EQ(r.schedule, "wait-free-cyclic");
+  EXPECT_EQ(r.schedule, ScheduleKind::WaitFreeCyclic);
   EXPECT_TRUE(r.sim.fits_memory);
   ASSERT_EQ(r.rejected.size(), 1u);
   EXPECT_THAT(r.rejected[0], HasSubstr("1f1b, recompute none: needs"));
@@ -85,8 +87,8 @@ TEST(ScheduleSearchTest, ReportsTheSmallestViolationWhenNothingFits) {
       c.peak_bytes = 7 * kGiB / 10;     // 0.7 GiB
     }
   }
-  std::vector<SearchCandidate> candidates = {{"1f1b", Recompute::None, none},
-                                             {"1f1b", Recompute::Full, full}};
+  std::vector<SearchCandidate> candidates = {{ScheduleKind::OneFOneB, Recompute::None, none},
+                                             {ScheduleKind::OneFOneB, Recompute::Full, full}};
   try {
     search_schedule(candidates);
     FAIL() << "expected Infeasible";
@@ -155,7 +157,8 @@ TEST(ScheduleSearchTest, ErrorsNameTheProblem) {
     EXPECT_THAT(e.what(), HasSubstr("interleaved, recompute none: interleaved needs layout.chunks"));
   }
   try {
-    search_schedule(candidates_for({"nope"}, p));
+    // Auto is a search, not a schedule a candidate can name.
+    search_schedule(candidates_for({"auto"}, p));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);

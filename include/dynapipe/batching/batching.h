@@ -24,9 +24,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/core/microbatch.h"
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/core/sample.h"
@@ -54,8 +55,12 @@ struct BatchingOptions {
   // token-based: padded tokens (batch × (seqlen + dec_seqlen)) per micro-batch, >= 0.
   // 0 (default) = try 512, 1024, ..., 65536 and keep the best objective.
   std::int64_t token_budget = 0;
-  // padding and packing: rows per micro-batch, >= 0. 0 (default) = largest that fits.
+  // padding, packing and packing-megatron: rows per micro-batch, >= 0. 0 (default) =
+  // largest that fits.
   std::int64_t fixed_batch = 0;
+  // One recompute mode for every micro-batch (packing-megatron runs a whole training run
+  // in one mode). Default: none set = try none, selective, full and keep the best.
+  std::optional<Recompute> recompute = std::nullopt;
   // dynapipe: 0 (default) = exact DP. > 0 reproduces the reference's 5 ms-style thinning
   // of max-time thresholds (PartitionOptions::min_tmax_interval_ms).
   double min_tmax_interval_ms = 0;
@@ -91,7 +96,7 @@ double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microba
 // Σ t + (p − 1)·max t over one replica's micro-batch times (0 for none).
 double pipeline_objective_ms(const std::vector<double>& times_ms, int num_stages);
 
-// Real tokens / tokens computed over every micro-batch of every replica (CONTRACTS.md):
+// Real tokens / tokens computed over every micro-batch of every replica (docs/plan-format.md):
 // Σ real_tokens / Σ shape.tokens(). 1 for an empty result.
 double padding_efficiency(const BatchingResult& result);
 

@@ -39,6 +39,9 @@ struct CostModelOptions {
   int num_stages = 1;     // pipeline stages the layers are split over (virtual stages when interleaved)
   int zero_shards = 1;    // ZeRO-1 shard factor for optimizer states (the data-parallel degree), >= 1
   int seqlen_multiple = 8;  // shapes are rounded up to this before costing; >= 1
+  // Tensor-parallel degree: a stage spans tp devices (Megatron-style, no sequence
+  // parallelism); every cost is per device. >= 1; must divide the model's heads.
+  int tp = 1;
   // Throws InvalidArgument naming the field.
   void validate() const;
   friend bool operator==(const CostModelOptions&, const CostModelOptions&) = default;
@@ -72,11 +75,18 @@ class CostModel {
   CostModel() = default;
 };
 
-// `spec` is "analytic:<device preset>" or the path of a profile JSON (optionally written
-// "profile:<path>"). Throws NotFound (unknown device, missing file), ParseError (malformed
-// profile) or InvalidArgument (bad options; a profile of a different model), naming the spec.
+// `spec` is "analytic:<device preset>", "a100-measured" (the DynaPipe authors' A100-40GB
+// measurements of gpt-6.7b and t5-11b at tp 1, 2, 4, 8; docs/cost-model.md) or the path of
+// a profile JSON (optionally written "profile:<path>"). Throws NotFound (unknown device,
+// missing file), ParseError (malformed profile) or InvalidArgument (bad options; a profile
+// of a different model or tensor-parallel degree; a100-measured with another model),
+// naming the spec.
 std::unique_ptr<CostModel> make_cost_model(const std::string& spec, const ModelSpec& model,
                                            const CostModelOptions& options);
+
+// Throws InvalidArgument ("--tp must divide ...") unless tp >= 1 divides the model's heads
+// and ffn width (Megatron splits both tp ways).
+void check_tensor_parallel(const ModelSpec& model, int tp);
 
 // Bytes of training state for `parameters` parameters: mixed precision (element size 2)
 // holds 2-byte params and grads + 12 bytes of fp32 master copy and Adam m, v; fp32

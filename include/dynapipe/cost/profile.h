@@ -68,6 +68,9 @@ struct Profile {
   // name, memory and link figures; bytes_per_element from the header. The analytic
   // calibration fields are not part of the format.
   DeviceSpec device;
+  // Tensor-parallel degree the layers were measured at (per-device times, memory and
+  // parameter bytes). Optional in the JSON ("tensor_parallel", default 1).
+  int tensor_parallel = 1;
   std::vector<ProfileLayer> layers;  // one per kind the model has, any order
   const ProfileLayer* find(ProfileLayerKind kind) const;
   friend bool operator==(const Profile&, const Profile&) = default;

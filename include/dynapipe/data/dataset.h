@@ -1,4 +1,4 @@
-// Dataset: the samples of one samples file (CONTRACTS.md "Samples file"), validated,
+// Dataset: the samples of one samples file (docs/data.md "Samples file"), validated,
 // truncated and indexed by id, plus the tokens the runtime trains on.
 //
 // A file is JSON Lines, plain or gzip-compressed (detected by content). Each line is

@@ -1,5 +1,5 @@
 // form_global_batches(): cuts the samples, in file order, into global batches by token
-// budget (CONTRACTS.md). The result is the same for every strategy, so the training
+// budget (docs/data.md). The result is the same for every strategy, so the training
 // math depends only on it.
 //
 // Rule: samples are added to the current batch while the sum of their truncated token

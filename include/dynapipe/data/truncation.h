@@ -1,5 +1,5 @@
 // TruncationLimits and truncate_lengths(): how a sample that is too long is shortened.
-// Samples are truncated, never dropped (CONTRACTS.md), and the reader counts them.
+// Samples are truncated, never dropped (docs/data.md), and the reader counts them.
 //
 //   GPT (decoder-only) trains on input ++ target, bounded together by max_seqlen:
 //     target_len' = min(target_len, max_target_len, max_seqlen - 1)

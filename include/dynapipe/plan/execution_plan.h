@@ -3,27 +3,33 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dynapipe/core/microbatch.h"
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/core/sample.h"
+#include "dynapipe/core/strategy.h"
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/plan/instruction.h"
 #include "dynapipe/schedule/pipeline.h"
+#include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe {
 
-// Every input that shaped the plan.
+// Every input that shaped the plan. Names are parsed into enums once, at the edge (CLI,
+// plan JSON, bindings); everything downstream reads the enums.
 struct PlanConfig {
   ModelSpec model;
   std::string samples_path;
-  std::string strategy = "dynapipe";
-  std::string schedule = "auto";
+  Strategy strategy = Strategy::DynaPipe;
+  ScheduleKind schedule = ScheduleKind::Auto;
   std::string cost_model = "analytic:a100-40g";
+  int tp = 1;  // tensor-parallel devices per stage; world size = tp * pp * dp
   int pp = 1;
   int dp = 1;
+  int zero = 0;    // ZeRO stage: 0 (off) or 1 (AdamW states sharded over the dp replicas)
   int chunks = 1;  // virtual stages per device chosen for interleaved schedules
   std::int64_t max_seqlen = 0;
   std::int64_t max_target_len = 0;
@@ -32,6 +38,8 @@ struct PlanConfig {
   int seqlen_multiple = 8;
   std::uint64_t seed = 0;
   std::int64_t iterations = 0;  // 0 = all
+  std::int64_t micro_batch_size = 0;  // rows per micro-batch where the strategy fixes it; 0 = its choice
+  std::optional<Recompute> recompute = std::nullopt;  // one mode for every micro-batch; unset = the planner picks
   friend bool operator==(const PlanConfig&, const PlanConfig&) = default;
 };
 
@@ -45,7 +53,7 @@ struct MicroBatchEstimate {
 struct ReplicaPlan {
   std::vector<MicroBatch> microbatches;
   std::vector<MicroBatchEstimate> estimates;   // parallel to microbatches
-  std::string schedule;                        // e.g. "wait-free-cyclic"
+  ScheduleKind schedule = ScheduleKind::OneFOneB;  // the schedule chosen (never Auto)
   Recompute recompute = Recompute::None;
   double est_iteration_ms = 0;
   std::vector<std::int64_t> est_peak_memory_bytes;  // [device]

@@ -15,7 +15,7 @@
 
 namespace dynapipe {
 
-// Spelled as in the plan JSON (CONTRACTS.md). Part of plan format v1: never renumber.
+// Spelled as in the plan JSON (docs/plan-format.md). Part of plan format v1: never renumber.
 enum class InstructionOp : std::uint8_t {
   LoadInput = 0,
   Forward = 1,

@@ -1,5 +1,5 @@
 // JSON codec of the execution plan (docs/plan-format.md; the layout is a user contract,
-// CONTRACTS.md "Plan JSON"). JSON is the form for people and files; the wire form of one
+// docs/plan-format.md "Plan JSON"). JSON is the form for people and files; the wire form of one
 // iteration is plan_binary.h.
 //
 //   std::string text = plan_to_json(plan, /*indent=*/2);

@@ -53,6 +53,9 @@ class Planner {
   const PlanConfig& config() const;
   const CostModel& cost_model() const;       // calibrated, when a calibration is given
   const CostModel& base_cost_model() const;  // as configured, never calibrated
+  // The layers of every (virtual) stage plans use: pp entries, or pp x chunks when the
+  // config asks for the interleaved schedule. Stage models must be built from these.
+  const std::vector<StageLayers>& stage_layers() const;
 
   // Plans one iteration. Throws Infeasible (naming micro-batch, stage and bytes) when no
   // schedule x recompute fits the memory limit.

@@ -11,7 +11,7 @@
 //
 // KeyValue implementations: in-memory (tests, one process), c10d TCPStore (default: the
 // job's own store hosted by rank 0, or tcp://host:port), Redis via hiredis
-// (redis://[:password@]host:port). This header is torch-free.
+// (redis://host:port). This header is torch-free.
 //
 // Thread-safety: a PlanStore may be used from several threads if its KeyValue may; the
 // in-memory and Redis ones are internally locked, the TCPStore client is.
@@ -84,13 +84,26 @@ class PlanStore {
 
 struct PlanStoreOptions {
   // "" or "tcp": the job's embedded TCPStore (needs `embedded`); "tcp://host:port";
-  // "redis://[:password@]host:port"; "memory" (one process only). Default "".
+  // "redis://host:port" (no password in the URL: InvalidArgument); "memory" (one process
+  // only). Default "".
   std::string url;
-  std::string password;  // Redis AUTH; overrides a password in the URL. Default none.
+  std::string password;  // Redis AUTH. Default none.
   std::string run_id = "run";  // namespaces keys, so runs can share a store
   Millis timeout{30000};       // connect / operation timeout. Default 30 s.
   std::shared_ptr<KeyValue> embedded;  // the job's own store, for url "" / "tcp"
 };
+
+// Where a `--plan-store` URL points. kind: "embedded" ("" or "tcp"), "memory", "tcp" or
+// "redis"; host and port for the last two.
+struct PlanStoreAddress {
+  std::string kind;
+  std::string host;
+  int port = 0;
+};
+
+// Parses without connecting (the launcher checks the URL before starting ranks). Throws
+// InvalidArgument naming --plan-store for a malformed URL or one carrying a password.
+PlanStoreAddress parse_plan_store_url(const std::string& url);
 
 // Throws InvalidArgument naming --plan-store for a malformed URL.
 std::unique_ptr<PlanStore> open_plan_store(const PlanStoreOptions& options);

@@ -29,8 +29,11 @@ struct TrainOptions {
   std::int64_t steps = 10;      // optimizer steps (global batches; the data cycles). >= 1
   std::string metrics_path;     // --metrics FILE.jsonl; empty: none
   int threads_per_rank = 1;     // torch::set_num_threads in every rank. >= 1
-  std::string plan_store;       // --plan-store: "" (the job's TCPStore), tcp://h:p, redis://[:pw@]h:p
-  std::string plan_store_password;  // Redis AUTH; empty: none (or from the URL)
+  std::string plan_store;       // --plan-store: "" (the job's TCPStore), tcp://h:p, redis://h:p
+  std::string device = "cpu";   // --device: "cpu", or "cuda[:N]" where LibTorch has CUDA and
+                                // NCCL (this build has neither: Unsupported, exit 2)
+  std::string plan_store_password;  // Redis AUTH; empty: none. Never from a command line:
+                                    // DYNAPIPE_PLAN_STORE_PASSWORD or a password file.
   std::string checkpoint_dir;   // --checkpoint-dir; empty: no checkpoints
   std::int64_t checkpoint_every = 0;  // save every N steps (and at the end); 0: only at the end
                                       // when checkpoint_dir is set

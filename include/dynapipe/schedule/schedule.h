@@ -12,11 +12,12 @@
 // A Schedule only orders ops; simulate() (simulator.h) says what the order costs.
 // Schedules are stateless and thread-safe.
 //
-//   auto schedule = make_schedule("1f1b");
+//   auto schedule = make_schedule(ScheduleKind::OneFOneB);
 //   std::string why_not;
 //   if (auto order = schedule->build(problem, &why_not)) SimResult r = simulate(problem, *order);
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,14 +28,37 @@
 
 namespace dynapipe {
 
+// The `--schedule` choices. Auto = search every concrete schedule; the others are
+// concrete schedules, in the order the search tries them. Part of the CLI and plan
+// contract: never rename the spellings.
+enum class ScheduleKind : std::uint8_t {
+  Auto,            // "auto"
+  GPipe,           // "gpipe"
+  OneFOneB,        // "1f1b"
+  Interleaved,     // "interleaved"
+  Cyclic,          // "cyclic"
+  WaitFreeCyclic,  // "wait-free-cyclic"
+  Zb1p,            // "zb1p"
+};
+
+std::string_view schedule_kind_name(ScheduleKind kind);
+std::optional<ScheduleKind> parse_schedule_kind(std::string_view name);
+// Every concrete schedule (no Auto), in the order the search tries them.
+const std::vector<ScheduleKind>& schedule_kinds();
+// Every spelling, "auto" first (for CLI choices and docs).
+std::vector<std::string_view> schedule_kind_names();
+// The spellings of schedule_kinds(), in the same order.
+const std::vector<std::string>& schedule_names();
+
 class Schedule {
  public:
   virtual ~Schedule() = default;
   Schedule(const Schedule&) = delete;
   Schedule& operator=(const Schedule&) = delete;
 
+  virtual ScheduleKind kind() const = 0;
   // The `--schedule` spelling, e.g. "wait-free-cyclic".
-  virtual std::string_view name() const = 0;
+  std::string_view name() const { return schedule_kind_name(kind()); }
 
   // The per-device op order for `problem` (already validated by the caller, or throws
   // InvalidArgument from PipelineProblem::validate()). Returns nullopt and sets
@@ -56,10 +80,9 @@ class Schedule {
   Schedule() = default;
 };
 
-// Every `--schedule` name except "auto", in the order the search tries them.
-const std::vector<std::string>& schedule_names();
-
-// Throws InvalidArgument naming the known schedules for an unknown name.
+// Throws InvalidArgument for ScheduleKind::Auto (not a schedule of its own).
+std::unique_ptr<Schedule> make_schedule(ScheduleKind kind);
+// By spelling; throws InvalidArgument naming the known schedules for an unknown name.
 std::unique_ptr<Schedule> make_schedule(std::string_view name);
 
 }  // namespace dynapipe

@@ -9,7 +9,7 @@
 //
 // Thread-safety: search_schedule() is reentrant.
 //
-//   auto candidates = make_search_candidates("auto", *model, nullptr, microbatches,
+//   auto candidates = make_search_candidates(ScheduleKind::Auto, *model, nullptr, microbatches,
 //                                            /*num_devices=*/4, gib_to_bytes(40));
 //   SearchResult best = search_schedule(candidates, {});   // throws Infeasible
 //   // best.order / best.sim speak original micro-batch ids; best.mb_order is the
@@ -26,11 +26,12 @@
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/cost/cost_model.h"
 #include "dynapipe/schedule/pipeline.h"
+#include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe {
 
 struct SearchCandidate {
-  std::string schedule;                  // a name from schedule_names()
+  ScheduleKind schedule = ScheduleKind::OneFOneB;  // a concrete schedule (not Auto)
   Recompute recompute = Recompute::None;
   PipelineProblem problem;               // costs under `recompute`, layout for `schedule`
 };
@@ -52,7 +53,7 @@ struct SearchOptions {
 };
 
 struct SearchResult {
-  std::string schedule;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
   Recompute recompute = Recompute::None;
   int candidate = 0;            // index into the candidates given
   // Injection order: position i ran micro-batch mb_order[i]. The order and the
@@ -87,12 +88,12 @@ PipelineProblem make_pipeline_problem(const CostModel& model,
                                       Recompute recompute, const PipelineLayout& layout,
                                       std::int64_t memory_limit_bytes);
 
-// Candidates for `--schedule` `schedule` ("auto" = every applicable schedule) x the three
+// Candidates for `--schedule` `schedule` (Auto = every applicable schedule) x the three
 // recompute modes. `model` is built for num_devices stages; `interleaved_model`, when
 // non-null, for num_devices * chunks stages (chunks >= 2) and is used only for
-// "interleaved". "interleaved" without an interleaved_model is skipped under "auto" and
-// InvalidArgument when asked for by name. Unknown names throw InvalidArgument.
-std::vector<SearchCandidate> make_search_candidates(std::string_view schedule,
+// Interleaved. Interleaved without an interleaved_model is skipped under Auto and
+// InvalidArgument when asked for by name.
+std::vector<SearchCandidate> make_search_candidates(ScheduleKind schedule,
                                                     const CostModel& model,
                                                     const CostModel* interleaved_model,
                                                     std::span<const MicroBatch> microbatches,

@@ -19,10 +19,14 @@ namespace {
 
 // Timeouts and broken connections both surface as exceptions from Gloo/c10d; sort them
 // into the two distributed kinds by message.
-[[noreturn]] void rethrow_comm_error(const std::exception& e, const std::string& what) {
-  std::string message = e.what();
-  // c10::Error messages carry a backtrace after the first line; keep the first line.
+// c10::Error messages carry a backtrace after the first line; keep the first line.
+std::string first_line(std::string message) {
   if (auto newline = message.find('\n'); newline != std::string::npos) message.resize(newline);
+  return message;
+}
+
+[[noreturn]] void rethrow_comm_error(const std::exception& e, const std::string& what) {
+  const std::string message = first_line(e.what());
   bool timed_out = message.find("imed out") != std::string::npos ||
                    message.find("imeout") != std::string::npos;
   throw Error(timed_out ? ErrorKind::Timeout : ErrorKind::PeerFailure, cat(what, ": ", message));
@@ -68,12 +72,21 @@ class GlooWork : public Work {
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, const std::string& prefix, int rank,
-                   int size, Millis timeout, const std::string& hostname)
+                   int size, Millis timeout, const GlooDevice& device)
       : rank_(rank), size_(size), prefix_(prefix) {
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-    options->devices.push_back(hostname.empty()
-                                   ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                   : c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
+    try {
+      options->devices.push_back(
+          !device.interface.empty()  ? c10d::ProcessGroupGloo::createDeviceForInterface(device.interface)
+          : !device.hostname.empty() ? c10d::ProcessGroupGloo::createDeviceForHostname(device.hostname)
+                                     : c10d::ProcessGroupGloo::createDefaultDevice());
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("Gloo device: ", device.interface.empty() ? "hostname \"" : "interface \"",
+                      device.interface.empty() ? device.hostname : device.interface,
+                      "\" is not usable on this machine (GLOO_SOCKET_IFNAME picks the interface): ",
+                      first_line(e.what())));
+    }
     options->threads = 2;
     try {
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
@@ -308,9 +321,9 @@ class LocalCommunicator : public Communicator {
 std::unique_ptr<Communicator> make_gloo_communicator(c10::intrusive_ptr<c10d::Store> store,
                                                      const std::string& prefix, int rank,
                                                      int size, Millis timeout,
-                                                     const std::string& hostname) {
+                                                     const GlooDevice& device) {
   return std::make_unique<GlooCommunicator>(std::move(store), prefix, rank, size, timeout,
-                                            hostname);
+                                            device);
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(c10::intrusive_ptr<c10d::Store> store,

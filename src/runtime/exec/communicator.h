@@ -68,13 +68,21 @@ class Communicator {
   virtual void barrier(Millis timeout) = 0;
 };
 
+// Where Gloo listens and connects from: a network interface by name (e.g. "eth1"),
+// else the address a hostname or IP resolves to, else (both empty) the machine's
+// default, the address of its own hostname.
+struct GlooDevice {
+  std::string interface;
+  std::string hostname;
+};
+
 // Gloo over `store` (keys namespaced by `prefix`, so several groups share one store).
-// `timeout` bounds connection setup and every collective inside Gloo. `hostname` picks
-// the interface Gloo listens on; empty: the machine's default (its hostname's address).
+// `timeout` bounds connection setup and every collective inside Gloo.
 std::unique_ptr<Communicator> make_gloo_communicator(c10::intrusive_ptr<c10d::Store> store,
                                                      const std::string& prefix, int rank,
                                                      int size, Millis timeout,
-                                                     const std::string& hostname = "127.0.0.1");
+                                                     const GlooDevice& device = {.interface = "",
+                                                                                 .hostname = "127.0.0.1"});
 
 // NCCL (CUDA); throws Error{Unsupported} in builds without USE_C10D_NCCL (this one).
 std::unique_ptr<Communicator> make_nccl_communicator(c10::intrusive_ptr<c10d::Store> store,

@@ -7,6 +7,7 @@
 #include "dynapipe/data/global_batch.h"
 #include "dynapipe/data/truncation.h"
 #include "dynapipe/planner/planner.h"
+#include "dynapipe/runtime/plan_store.h"
 #include "runtime/exec/plan_codec.h"
 #include "runtime/exec/trainer.h"
 #include "runtime/model/collate.h"
@@ -16,9 +17,15 @@ namespace dynapipe::runtime {
 
 namespace {
 
-AttentionMode attention_mode(const std::string& strategy) {
-  if (strategy == "packing-varlen") return AttentionMode::Varlen;
-  if (strategy == "packing") return AttentionMode::Packed;
+AttentionMode attention_mode(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::PackingVarlen: return AttentionMode::Varlen;
+    case Strategy::Packing:
+    case Strategy::PackingMegatron: return AttentionMode::Packed;  // rows of several samples
+    case Strategy::DynaPipe:
+    case Strategy::Padding:
+    case Strategy::TokenBased: return AttentionMode::Padded;
+  }
   return AttentionMode::Padded;
 }
 
@@ -59,33 +66,64 @@ void refine(CostCalibration& calibration, const CostModel& base, const Iteration
 
 }  // namespace
 
+namespace {
+
+struct TrainingData {
+  std::shared_ptr<const Dataset> dataset;
+  std::shared_ptr<const std::vector<GlobalBatch>> batches;
+};
+
+TrainingData load_training_data(const PlanConfig& config) {
+  TrainingData data;
+  data.dataset = std::make_shared<const Dataset>(
+      Dataset::load(config.samples_path, truncation_limits(config)));
+  data.batches = std::make_shared<const std::vector<GlobalBatch>>(
+      form_global_batches(data.dataset->samples(), data.dataset->truncated_ids(),
+                          config.global_batch_tokens, config.iterations));
+  if (data.batches->empty()) {
+    throw Error(ErrorKind::InvalidArgument, cat(config.samples_path, ": no global batches"));
+  }
+  return data;
+}
+
+PlannerOptions training_planner_options() {
+  PlannerOptions options;
+  options.fixed_layout = true;
+  return options;
+}
+
+}  // namespace
+
+void check_training_inputs(const TrainOptions& options) {
+  parse_plan_store_url(options.plan_store);
+  const Planner planner(options.plan, training_planner_options());
+  load_training_data(options.plan);
+}
+
 std::shared_ptr<const TokenSource> make_dataset_token_source(std::shared_ptr<const Dataset> dataset) {
   return std::make_shared<DatasetTokenSource>(std::move(dataset));
 }
 
 TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
   TrainHooks hooks;
-  // PlannerOptions{.fixed_layout = true} never picks the interleaved schedule, so every
-  // iteration keeps one virtual stage per device.
-  hooks.num_stages = options.plan.pp;
   const PlanConfig& config = options.plan;
-  const TruncationLimits limits = truncation_limits(config);
-  auto dataset = std::make_shared<const Dataset>(Dataset::load(config.samples_path, limits));
+  const TrainingData data = load_training_data(config);
+  const std::shared_ptr<const Dataset>& dataset = data.dataset;
+  // Every rank builds the planner (cheap: cost models only) for the stage layout; only
+  // rank 0 plans. With fixed_layout, every iteration keeps one layout: one stage per
+  // device, or pp x chunks virtual stages when --schedule interleaved asks for them.
+  PlannerOptions planner_options = training_planner_options();
+  std::shared_ptr<CostCalibration> calibration;
+  if (rank == 0 && options.refine_cost_model) {
+    calibration = std::make_shared<CostCalibration>(config.pp);
+    planner_options.calibration = calibration;
+  }
+  auto planner = std::make_shared<const Planner>(config, planner_options);
+  const std::vector<StageLayers> layers = planner->stage_layers();
+  hooks.num_stages = static_cast<int>(layers.size());
 
   if (rank == 0) {
-    auto batches = std::make_shared<const std::vector<GlobalBatch>>(form_global_batches(
-        dataset->samples(), dataset->truncated_ids(), config.global_batch_tokens, config.iterations));
-    if (batches->empty()) {
-      throw Error(ErrorKind::InvalidArgument, cat(config.samples_path, ": no global batches"));
-    }
-    PlannerOptions planner_options;
-    planner_options.fixed_layout = true;
-    std::shared_ptr<CostCalibration> calibration;
-    if (options.refine_cost_model) {
-      calibration = std::make_shared<CostCalibration>(config.pp);
-      planner_options.calibration = calibration;
-    }
-    auto planner = std::make_shared<const Planner>(config, planner_options);
+    const std::shared_ptr<const std::vector<GlobalBatch>>& batches = data.batches;
     if (calibration) {
       // The first step this process runs pays one-off costs (first allocations, lazy
       // initialisation): it would teach the calibration a factor no later step has.
@@ -106,7 +144,6 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
       return encode_plan(planner->plan_iteration(batch));
     };
   }
-  const std::vector<StageLayers> layers = assign_layers_uniform(config.model, hooks.num_stages);
   ModelOptions model_options;
   model_options.dropout = options.dropout;
   model_options.seed = config.seed;

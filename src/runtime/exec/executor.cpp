@@ -2,6 +2,7 @@
 
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -64,6 +65,22 @@ std::int64_t bytes_of(const torch::Tensor& t) {
 
 // ---------------------------------------------------------------- validation
 
+std::vector<int> zero_owner(const std::vector<std::int64_t>& numels, int dp) {
+  DYNAPIPE_CHECK(dp >= 1, cat("zero_owner: dp ", dp));
+  std::vector<std::size_t> order(numels.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return numels[a] > numels[b]; });
+  std::vector<std::int64_t> load(static_cast<std::size_t>(dp), 0);
+  std::vector<int> owner(numels.size(), 0);
+  for (std::size_t i : order) {
+    const auto lightest = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[i] = static_cast<int>(lightest);
+    load[static_cast<std::size_t>(lightest)] += numels[i];
+  }
+  return owner;
+}
+
 void validate_program(const ExecutorProgram& program, const ReplicaPlan& replica,
                       std::int64_t iteration, const ExecutorConfig& config,
                       const std::set<int>& local_stages) {
@@ -72,10 +89,11 @@ void validate_program(const ExecutorProgram& program, const ReplicaPlan& replica
     throw Error(ErrorKind::ParseError, cat(where, ": ", what));
   };
   if (program.rank != config.rank) fail(cat("program rank must be ", config.rank, ", got ", program.rank));
-  if (program.device != config.rank % config.pp)
-    fail(cat("program device must be ", config.rank % config.pp, ", got ", program.device));
-  if (program.replica != config.rank / config.pp)
-    fail(cat("program replica must be ", config.rank / config.pp, ", got ", program.replica));
+  const RankLayout& ranks = config.ranks;
+  if (program.device != ranks.stage_of(config.rank))
+    fail(cat("program device must be ", ranks.stage_of(config.rank), ", got ", program.device));
+  if (program.replica != ranks.replica_of(config.rank))
+    fail(cat("program replica must be ", ranks.replica_of(config.rank), ", got ", program.replica));
   std::set<int> mb_ids;
   for (const auto& mb : replica.microbatches) mb_ids.insert(mb.id);
   // Outstanding Starts per (op, peer) with their micro-batch ids, to match Finishes.
@@ -97,11 +115,11 @@ void validate_program(const ExecutorProgram& program, const ReplicaPlan& replica
     if (in.op == Op::LoadInput && in.stage >= 0 && !local_stages.count(in.stage))
       at(cat("stage must be one this executor holds or -1, got ", in.stage));
     if (is_start(in.op) || is_finish(in.op)) {
-      if (in.peer < 0 || in.peer >= config.world_size || in.peer == config.rank)
-        at(cat("peer must be another rank in [0, ", config.world_size, "), got ", in.peer));
-      if (in.peer / config.pp != config.rank / config.pp)
-        at(cat("peer must be in replica ", config.rank / config.pp, ", got rank ", in.peer,
-               " of replica ", in.peer / config.pp));
+      if (in.peer < 0 || in.peer >= ranks.world_size() || in.peer == config.rank)
+        at(cat("peer must be another rank in [0, ", ranks.world_size(), "), got ", in.peer));
+      if (ranks.replica_of(in.peer) != ranks.replica_of(config.rank))
+        at(cat("peer must be in replica ", ranks.replica_of(config.rank), ", got rank ", in.peer,
+               " of replica ", ranks.replica_of(in.peer)));
       if (!local_stage(in, local_stages))
         at(cat("stage must name a stage of this executor (", join(local_stages, ", "),
                ") or its neighbour, got ", in.stage));
@@ -156,6 +174,8 @@ struct Executor::Impl {
   std::map<int, MicroBatchTensors> batches;
   std::map<Key, Forwarded> forwarded;
   std::map<Key, DeferredWeightGrads> deferred;  // BackwardInput done, BackwardWeight pending
+  std::vector<torch::Tensor> params;  // every parameter of the local stages, in a fixed order
+  std::vector<int> owner;             // ZeRO-1: the dp replica that steps params[i]
   std::map<Key, torch::Tensor> act_in, grad_in, act_out, grad_out;
   std::deque<Pending> pending;
   std::map<int, std::vector<std::pair<std::map<Key, torch::Tensor>*, Key>>> buffers;
@@ -167,14 +187,24 @@ struct Executor::Impl {
        Communicator* d, CollateFn f)
       : config(c), stages(std::move(s)), pipe(p), dp(d), collate(std::move(f)) {
     for (const auto& [stage, model] : stages) local.insert(stage);
-    std::vector<torch::Tensor> params;
     for (const auto& [stage, model] : stages)
       for (auto& p : model->parameters()) params.push_back(p);
+    std::vector<torch::Tensor> stepped = params;
+    if (sharded()) {
+      std::vector<std::int64_t> numels;
+      for (const auto& p : params) numels.push_back(p.numel());
+      owner = zero_owner(numels, dp->size());
+      stepped.clear();
+      for (std::size_t i = 0; i < params.size(); ++i)
+        if (owner[i] == dp->rank()) stepped.push_back(params[i]);
+    }
     TrainerOptions adamw;
     adamw.lr = config.lr;
     adamw.weight_decay = config.weight_decay;
-    optimizer = make_adamw(params, adamw);
+    optimizer = make_adamw(stepped, adamw);
   }
+
+  bool sharded() const { return config.zero && dp != nullptr && dp->size() > 1; }
 
   void reset() {
     batches.clear();
@@ -406,6 +436,21 @@ struct Executor::Impl {
     require_weight_grads_flushed("OptimizerStep");
     optimizer->step();
     optimizer->zero_grad();
+    if (sharded()) sync_from_owners();
+  }
+
+  // After a ZeRO-1 step only the owner holds a parameter's new value. Every replica but
+  // the owner contributes zeros to a sum all-reduce, so each gets the owner's value
+  // exactly (x + 0 = x in floating point).
+  void sync_from_owners() {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> values;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (owner[i] != dp->rank()) params[i].zero_();
+      values.push_back(params[i]);
+    }
+    dp->allreduce(values)->wait(config.comm_timeout);
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
   }
 
   void execute(const Instruction& in) {

@@ -25,6 +25,7 @@
 #include <memory>
 #include <set>
 
+#include "dynapipe/core/rank_layout.h"
 #include "dynapipe/plan/execution_plan.h"
 #include "runtime/exec/communicator.h"
 #include "runtime/stage_model.h"
@@ -36,14 +37,22 @@ namespace dynapipe::runtime {
 using CollateFn = std::function<MicroBatchTensors(const MicroBatch&)>;
 
 struct ExecutorConfig {
-  int rank = 0;          // global rank = replica * pp + device
-  int world_size = 1;    // pp * dp
-  int pp = 1;            // pipeline devices per replica
+  int rank = 0;          // global rank (RankLayout: replica * pp + device)
+  RankLayout ranks;      // pipeline devices x replicas
   int num_stages = 1;    // virtual stages of the pipeline (pp * chunks)
   Millis comm_timeout{30000};  // bound on every *Finish / ReduceGrads wait. Default 30 s.
   double lr = 3e-4;            // AdamW learning rate
   double weight_decay = 0.0;   // AdamW weight decay
+  // ZeRO stage 1: the AdamW states of this device's parameters are sharded over its dp
+  // replicas. Each replica steps only the parameters it owns (zero_owner()), then every
+  // parameter is synchronised from its owner. Same math as without it, 1/dp of the states.
+  bool zero = false;
 };
+
+// Which of `dp` replicas owns each parameter under ZeRO-1: greedy by size, largest first,
+// to the replica holding the fewest elements so far (ties: the lower index). Deterministic,
+// so every replica computes the same split.
+std::vector<int> zero_owner(const std::vector<std::int64_t>& numels, int dp);
 
 // What one run() measured. Times are wall-clock milliseconds.
 struct IterationResult {

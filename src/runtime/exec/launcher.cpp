@@ -119,15 +119,12 @@ int pick_free_port() {
   return ntohs(addr.sin_port);
 }
 
-void launch_local(const LaunchOptions& options) {
-  if (options.command.empty()) throw Error(ErrorKind::InvalidArgument, "launcher: command must not be empty");
-  if (options.world_size < 1)
-    throw Error(ErrorKind::InvalidArgument, cat("launcher: world size must be >= 1, got ", options.world_size));
-  int port = options.master_port > 0 ? options.master_port : pick_free_port();
+namespace {
 
-  // Everything exec needs is built before fork: the child may only call
-  // async-signal-safe functions (this process has threads).
-  std::vector<std::string> base_env;
+// The ranks' environment without RANK / LOCAL_RANK: this process's, minus what the launch
+// sets, plus options.env and the rendezvous variables.
+std::vector<std::string> child_environment(const LaunchOptions& options, int port) {
+  std::vector<std::string> env;
   auto overridden = [&](const std::string& name) {
     for (const char* n : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT="})
       if (name.starts_with(n)) return true;
@@ -136,130 +133,106 @@ void launch_local(const LaunchOptions& options) {
     return false;
   };
   for (char** e = environ; *e; ++e)
-    if (!overridden(*e)) base_env.emplace_back(*e);
-  for (const auto& [k, v] : options.env) base_env.push_back(k + "=" + v);
-  base_env.push_back(cat("WORLD_SIZE=", options.world_size));
-  base_env.push_back(cat("LOCAL_WORLD_SIZE=", options.world_size));
-  base_env.push_back("MASTER_ADDR=" + options.master_addr);
-  base_env.push_back(cat("MASTER_PORT=", port));
-  std::vector<char*> argv;
-  for (const auto& a : options.command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
+    if (!overridden(*e)) env.emplace_back(*e);
+  for (const auto& [k, v] : options.env) env.push_back(k + "=" + v);
+  env.push_back(cat("WORLD_SIZE=", options.world_size));
+  env.push_back(cat("LOCAL_WORLD_SIZE=", options.world_size));
+  env.push_back("MASTER_ADDR=" + options.master_addr);
+  env.push_back(cat("MASTER_PORT=", port));
+  return env;
+}
 
-  std::vector<Rank> ranks(options.world_size);
-  auto start = Clock::now();
-  auto kill_all = [&](int sig) {
-    for (auto& r : ranks) signal_group(r, sig);
-  };
-  for (int i = 0; i < options.world_size; ++i) {
-    auto env_strings = base_env;
-    env_strings.push_back(cat("RANK=", i));
-    env_strings.push_back(cat("LOCAL_RANK=", i));
-    std::vector<char*> envp;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) {
-      kill_all(SIGKILL);
-      throw Error(ErrorKind::Internal, cat("launcher: pipe(): ", std::strerror(errno)));
-    }
-    pid_t parent = ::getpid();
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      kill_all(SIGKILL);
-      throw Error(ErrorKind::Internal, cat("launcher: fork(): ", std::strerror(errno)));
-    }
-    if (pid == 0) {
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the launcher died: do not outlive it
-      if (::getppid() != parent) ::_exit(128 + SIGTERM);
-      ::dup2(fds[1], 2);
-      ::execvpe(argv[0], argv.data(), envp.data());
-      const char msg[] = "launcher: exec failed\n";
-      (void)!::write(2, msg, sizeof msg - 1);
-      ::_exit(127);
-    }
-    ::setpgid(pid, pid);  // also from the parent, so a signal cannot race the child's call
-    ::close(fds[1]);
-    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
-    ranks[i] = Rank{.rank = i, .pid = pid, .err_fd = fds[0]};
+// Forks and execs rank `rank` in its own process group, its stderr on a pipe we read.
+// Everything exec needs is built before fork: the child may only call async-signal-safe
+// functions (this process has threads). Throws Internal (the caller kills the others).
+Rank spawn_rank(int rank, const std::vector<char*>& argv, std::vector<std::string> env) {
+  env.push_back(cat("RANK=", rank));
+  env.push_back(cat("LOCAL_RANK=", rank));
+  std::vector<char*> envp;
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(ErrorKind::Internal, cat("launcher: pipe(): ", std::strerror(errno)));
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) throw Error(ErrorKind::Internal, cat("launcher: fork(): ", std::strerror(errno)));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the launcher died: do not outlive it
+    if (::getppid() != parent) ::_exit(128 + SIGTERM);
+    ::dup2(fds[1], 2);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    const char msg[] = "launcher: exec failed\n";
+    (void)!::write(2, msg, sizeof msg - 1);
+    ::_exit(127);
   }
+  ::setpgid(pid, pid);  // also from the parent, so a signal cannot race the child's call
+  ::close(fds[1]);
+  ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  return Rank{.rank = rank, .pid = pid, .err_fd = fds[0]};
+}
 
-  std::optional<Clock::time_point> failed_at;
-  std::vector<int> failure_order;  // ranks in the order their failure was seen
-  bool deadline_passed = false;
-  while (true) {
-    std::vector<pollfd> fds;
-    std::vector<Rank*> owners;
-    for (auto& r : ranks)
-      if (r.err_fd >= 0) {
-        fds.push_back({r.err_fd, POLLIN, 0});
-        owners.push_back(&r);
-      }
-    if (!fds.empty()) {
-      ::poll(fds.data(), fds.size(), 20);
-      for (std::size_t k = 0; k < fds.size(); ++k) {
-        if (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) {
-          if (!pump(*owners[k])) {
-            ::close(owners[k]->err_fd);
-            owners[k]->err_fd = -1;
-          }
-        }
-      }
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+// Forwards every rank's stderr for ~20 ms; closes the pipes that reached their end.
+void pump_stderr(std::vector<Rank>& ranks) {
+  std::vector<pollfd> fds;
+  std::vector<Rank*> owners;
+  for (auto& r : ranks)
+    if (r.err_fd >= 0) {
+      fds.push_back({r.err_fd, POLLIN, 0});
+      owners.push_back(&r);
     }
-    // Reap. A killed rank is the likelier root cause than one that exited with an error
-    // because its peer vanished, so within one poll round signals are reported first.
-    std::vector<int> exited_now;
-    for (auto& r : ranks) {
-      if (!r.running) continue;
-      int status = 0;
-      if (::waitpid(r.pid, &status, WNOHANG) == r.pid) {
-        r.running = false;
-        r.status = status;
-        bool stopped_by_us = failed_at && WIFSIGNALED(status) &&
-                             (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL);
-        if (failed(status) && !stopped_by_us) exited_now.push_back(r.rank);
-      }
-    }
-    std::stable_sort(exited_now.begin(), exited_now.end(), [&](int a, int b) {
-      return WIFSIGNALED(ranks[a].status) && !WIFSIGNALED(ranks[b].status);
-    });
-    for (int r : exited_now) failure_order.push_back(r);
-    bool any_running = false;
-    for (auto& r : ranks) any_running |= r.running;
-    if (!failure_order.empty() && !failed_at) {
-      failed_at = Clock::now();
-      kill_all(SIGTERM);
-    }
-    if (!failed_at && options.deadline.count() > 0 && Clock::now() - start > options.deadline) {
-      deadline_passed = true;
-      failed_at = Clock::now();
-      kill_all(SIGTERM);
-    }
-    if (failed_at && any_running && Clock::now() - *failed_at > options.kill_grace) kill_all(SIGKILL);
-    if (!any_running) {
-      // Drain what is left in the pipes (bounded: the writers are gone unless a
-      // grandchild holds the pipe open, so give up after a moment).
-      auto drain_until = Clock::now() + std::chrono::milliseconds(200);
-      for (auto& r : ranks) {
-        while (r.err_fd >= 0 && Clock::now() < drain_until) {
-          pollfd p{r.err_fd, POLLIN, 0};
-          if (::poll(&p, 1, 10) <= 0) break;
-          if (!pump(r)) break;
-        }
-        if (r.err_fd >= 0) ::close(r.err_fd);
-        r.err_fd = -1;
-      }
-      break;
+  if (fds.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return;
+  }
+  ::poll(fds.data(), fds.size(), 20);
+  for (std::size_t k = 0; k < fds.size(); ++k) {
+    if ((fds[k].revents & (POLLIN | POLLHUP | POLLERR)) && !pump(*owners[k])) {
+      ::close(owners[k]->err_fd);
+      owners[k]->err_fd = -1;
     }
   }
+}
 
-  if (deadline_passed && failure_order.empty())
-    throw Error(ErrorKind::Timeout, cat("launcher: the job did not finish within ", options.deadline.count(),
-                                        " ms; all ranks were stopped"));
-  if (failure_order.empty()) return;
+// Reaps the ranks that exited; returns those that failed on their own (not stopped by
+// us after a failure), a killed rank before one that exited with an error because its
+// peer vanished: within one poll round signals are the likelier root cause.
+std::vector<int> reap_failures(std::vector<Rank>& ranks, bool stopping) {
+  std::vector<int> exited_now;
+  for (auto& r : ranks) {
+    if (!r.running) continue;
+    int status = 0;
+    if (::waitpid(r.pid, &status, WNOHANG) == r.pid) {
+      r.running = false;
+      r.status = status;
+      bool stopped_by_us = stopping && WIFSIGNALED(status) &&
+                           (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL);
+      if (failed(status) && !stopped_by_us) exited_now.push_back(r.rank);
+    }
+  }
+  std::stable_sort(exited_now.begin(), exited_now.end(), [&](int a, int b) {
+    return WIFSIGNALED(ranks[a].status) && !WIFSIGNALED(ranks[b].status);
+  });
+  return exited_now;
+}
+
+// Whatever is left in the pipes once every rank is gone (bounded: a grandchild may hold
+// a pipe open, so give up after a moment).
+void drain_stderr(std::vector<Rank>& ranks) {
+  auto drain_until = Clock::now() + std::chrono::milliseconds(200);
+  for (auto& r : ranks) {
+    while (r.err_fd >= 0 && Clock::now() < drain_until) {
+      pollfd p{r.err_fd, POLLIN, 0};
+      if (::poll(&p, 1, 10) <= 0) break;
+      if (!pump(r)) break;
+    }
+    if (r.err_fd >= 0) ::close(r.err_fd);
+    r.err_fd = -1;
+  }
+}
+
+// "rank 1 failed (killed by signal 9): <its last line>; then rank 0 (exit 1)".
+std::string failure_message(const std::vector<Rank>& ranks, const std::vector<int>& failure_order) {
   auto describe = [&](int i) {
     const auto& r = ranks[i];
     auto s = cat("rank ", r.rank, " failed (", describe_status(r.status), ")");
@@ -275,8 +248,66 @@ void launch_local(const LaunchOptions& options) {
     others.push_back(cat("rank ", r.rank, " (", describe_status(r.status), ")"));
   }
   if (!others.empty()) message += cat("; then ", join(others, ", "));
-  throw Error(ErrorKind::PeerFailure, message);
+  return message;
 }
+
+}  // namespace
+
+void launch_local(const LaunchOptions& options) {
+  if (options.command.empty()) throw Error(ErrorKind::InvalidArgument, "launcher: command must not be empty");
+  if (options.world_size < 1)
+    throw Error(ErrorKind::InvalidArgument, cat("launcher: world size must be >= 1, got ", options.world_size));
+  const int port = options.master_port > 0 ? options.master_port : pick_free_port();
+  const std::vector<std::string> env = child_environment(options, port);
+  std::vector<char*> argv;
+  for (const auto& a : options.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  std::vector<Rank> ranks(options.world_size);
+  auto kill_all = [&](int sig) {
+    for (auto& r : ranks) signal_group(r, sig);
+  };
+  const auto start = Clock::now();
+  for (int i = 0; i < options.world_size; ++i) {
+    try {
+      ranks[i] = spawn_rank(i, argv, env);
+    } catch (const Error&) {
+      kill_all(SIGKILL);
+      throw;
+    }
+  }
+
+  // Supervise: forward stderr; on the first failure (or the deadline) SIGTERM every
+  // rank, then SIGKILL what is still running after the grace period.
+  std::optional<Clock::time_point> failed_at;
+  std::vector<int> failure_order;  // ranks in the order their failure was seen
+  bool deadline_passed = false;
+  while (true) {
+    pump_stderr(ranks);
+    for (int r : reap_failures(ranks, failed_at.has_value())) failure_order.push_back(r);
+    bool any_running = false;
+    for (auto& r : ranks) any_running |= r.running;
+    if (!failure_order.empty() && !failed_at) {
+      failed_at = Clock::now();
+      kill_all(SIGTERM);
+    }
+    if (!failed_at && options.deadline.count() > 0 && Clock::now() - start > options.deadline) {
+      deadline_passed = true;
+      failed_at = Clock::now();
+      kill_all(SIGTERM);
+    }
+    if (failed_at && any_running && Clock::now() - *failed_at > options.kill_grace) kill_all(SIGKILL);
+    if (!any_running) break;
+  }
+  drain_stderr(ranks);
+
+  if (deadline_passed && failure_order.empty())
+    throw Error(ErrorKind::Timeout, cat("launcher: the job did not finish within ", options.deadline.count(),
+                                        " ms; all ranks were stopped"));
+  if (failure_order.empty()) return;
+  throw Error(ErrorKind::PeerFailure, failure_message(ranks, failure_order));
+}
+
 
 std::optional<DistributedEnv> distributed_env_from_environment() {
   const char* rank = std::getenv("RANK");

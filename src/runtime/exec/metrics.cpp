@@ -33,7 +33,7 @@ json to_json(const StepMetrics& m) {
           {"op_ms", m.op_ms}};
 }
 
-// Fields whose median the summary line reports (CONTRACTS.md: "the run's medians of the
+// Fields whose median the summary line reports (docs/cli.md, train metrics: "the run's medians of the
 // same fields").
 const std::vector<std::string> kMedianFields = {
     "loss", "real_tokens", "padded_tokens", "step_time_s", "est_step_time_s", "tokens_per_s",

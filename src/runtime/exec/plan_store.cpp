@@ -94,31 +94,26 @@ std::optional<std::string> PlanStore::failure() { return kv_->get(cat("dynapipe/
 
 void PlanStore::clear_failure() { kv_->erase(cat("dynapipe/", run_id_, "/failure")); }
 
-std::unique_ptr<PlanStore> open_plan_store(const PlanStoreOptions& options) {
-  const std::string& url = options.url;
+PlanStoreAddress parse_plan_store_url(const std::string& url) {
   auto bad = [&](const std::string& why) {
     return Error(ErrorKind::InvalidArgument,
-                 cat("--plan-store must be tcp://host:port, redis://[:password@]host:port, memory "
+                 cat("--plan-store must be tcp://host:port, redis://host:port, memory "
                      "or empty, got \"", url, "\" (", why, ")"));
   };
-  if (url.empty() || url == "tcp") {
-    if (!options.embedded) throw bad("no embedded store in this process");
-    return std::make_unique<PlanStore>(options.embedded, options.run_id);
-  }
-  if (url == "memory") return std::make_unique<PlanStore>(make_in_memory_key_value(), options.run_id);
+  if (url.empty() || url == "tcp") return {.kind = "embedded", .host = "", .port = 0};
+  if (url == "memory") return {.kind = "memory", .host = "", .port = 0};
   auto scheme_end = url.find("://");
   if (scheme_end == std::string::npos) throw bad("no scheme");
   std::string scheme = url.substr(0, scheme_end);
   std::string rest = url.substr(scheme_end + 3);
-  std::string password = options.password;
-  if (auto at = rest.rfind('@'); at != std::string::npos) {
-    std::string userinfo = rest.substr(0, at);
-    rest = rest.substr(at + 1);
-    if (password.empty()) password = userinfo.starts_with(":") ? userinfo.substr(1) : userinfo;
+  // A secret in the URL would be on a command line, in `ps` and in logs.
+  if (rest.find('@') != std::string::npos) {
+    throw Error(ErrorKind::InvalidArgument,
+                "--plan-store must not carry a password (it would show in ps and logs); "
+                "set DYNAPIPE_PLAN_STORE_PASSWORD or --plan-store-password-file instead");
   }
   auto colon = rest.rfind(':');
   if (colon == std::string::npos || colon == 0) throw bad("expected host:port");
-  std::string host = rest.substr(0, colon);
   int port = 0;
   try {
     std::size_t used = 0;
@@ -128,13 +123,30 @@ std::unique_ptr<PlanStore> open_plan_store(const PlanStoreOptions& options) {
     throw bad("port is not a number");
   }
   if (port <= 0 || port > 65535) throw bad("port must be in [1, 65535]");
-  if (scheme == "tcp")
-    return std::make_unique<PlanStore>(make_tcp_key_value(host, port, false, options.timeout),
-                                       options.run_id);
-  if (scheme == "redis")
-    return std::make_unique<PlanStore>(make_redis_key_value(host, port, password, options.timeout),
-                                       options.run_id);
-  throw bad(cat("unknown scheme \"", scheme, "\""));
+  if (scheme != "tcp" && scheme != "redis") throw bad(cat("unknown scheme \"", scheme, "\""));
+  return {.kind = scheme, .host = rest.substr(0, colon), .port = port};
+}
+
+std::unique_ptr<PlanStore> open_plan_store(const PlanStoreOptions& options) {
+  const PlanStoreAddress address = parse_plan_store_url(options.url);
+  if (address.kind == "embedded") {
+    if (!options.embedded) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--plan-store \"", options.url, "\" needs the job's own store, and this "
+                      "process has none"));
+    }
+    return std::make_unique<PlanStore>(options.embedded, options.run_id);
+  }
+  if (address.kind == "memory") {
+    return std::make_unique<PlanStore>(make_in_memory_key_value(), options.run_id);
+  }
+  if (address.kind == "tcp") {
+    return std::make_unique<PlanStore>(
+        make_tcp_key_value(address.host, address.port, false, options.timeout), options.run_id);
+  }
+  return std::make_unique<PlanStore>(
+      make_redis_key_value(address.host, address.port, options.password, options.timeout),
+      options.run_id);
 }
 
 }  // namespace dynapipe::runtime

@@ -1,6 +1,8 @@
 // run_training (launch or join), one rank's process setup, the training loop, checkpoints.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <c10/core/Device.h>
+#include <torch/cuda.h>
 #include <torch/serialize.h>
 #include <unistd.h>
 
@@ -132,9 +134,9 @@ std::optional<CheckpointMeta> load_checkpoint(const TrainOptions& o, const RankC
   text << meta_in.rdbuf();
   auto where = (step_dir / "meta.json").string();
   auto meta = checkpoint_meta_from_json(text.str(), where);
-  for (auto [key, saved, now] : {std::tuple<const char*, int, int>{"world_size", meta.world_size, c.world_size},
-                                 {"pp", meta.pp, c.pp},
-                                 {"dp", meta.dp, c.dp}}) {
+  for (auto [key, saved, now] : {std::tuple<const char*, int, int>{"world_size", meta.world_size, c.ranks.world_size()},
+                                 {"pp", meta.pp, c.ranks.pp},
+                                 {"dp", meta.dp, c.ranks.dp}}) {
     if (saved != now)
       throw Error(ErrorKind::InvalidArgument,
                   cat("--resume: ", where, " was written with ", key, " ", saved, ", this run has ", now));
@@ -152,9 +154,9 @@ void save_checkpoint(const TrainOptions& o, const RankContext& c, Executor& exec
   c.pipe->barrier(timeout);  // every rank's file is complete
   if (c.rank == 0) {
     auto saved = meta;
-    saved.world_size = c.world_size;
-    saved.pp = c.pp;
-    saved.dp = c.dp;
+    saved.world_size = c.ranks.world_size();
+    saved.pp = c.ranks.pp;
+    saved.dp = c.ranks.dp;
     write_file_atomically(dir / name / "meta.json", checkpoint_meta_to_json(saved));
     write_file_atomically(dir / "latest", name + "\n");
   }
@@ -166,19 +168,11 @@ void save_checkpoint(const TrainOptions& o, const RankContext& c, Executor& exec
 constexpr int kFixedFields = 6;  // loss, has_loss, wall_ms, rss_peak, held_peak, rss_peak - start
 constexpr int kRowFields = kFixedFields + kNumInstructionOps;
 
-std::string op_label(int op) {
-  static const char* kNames[kNumInstructionOps] = {
-      "LoadInput", "Forward", "Backward", "BackwardInput", "BackwardWeight", "SendActivationStart",
-      "SendActivationFinish", "RecvActivationStart", "RecvActivationFinish", "SendGradStart",
-      "SendGradFinish", "RecvGradStart", "RecvGradFinish", "FreeBuffer", "ReduceGrads", "OptimizerStep"};
-  return kNames[op];
-}
-
 // Everyone contributes its row; the all-reduce (a sum over a zero matrix) gives rank 0
 // every rank's measurements. Also a step barrier.
 torch::Tensor gather_rows(const RankContext& c, const IterationResult& r, std::int64_t rss,
                           std::int64_t start_rss, Millis timeout) {
-  auto rows = torch::zeros({c.world_size, kRowFields}, torch::kFloat64);
+  auto rows = torch::zeros({c.ranks.world_size(), kRowFields}, torch::kFloat64);
   auto row = rows[c.rank];
   row[0] = r.loss;
   row[1] = r.has_loss ? 1.0 : 0.0;
@@ -187,7 +181,7 @@ torch::Tensor gather_rows(const RankContext& c, const IterationResult& r, std::i
   row[4] = static_cast<double>(r.peak_held_bytes);
   row[5] = static_cast<double>(std::max<std::int64_t>(0, rss - start_rss));
   for (int op = 0; op < kNumInstructionOps; ++op) row[kFixedFields + op] = r.op_ms[op];
-  if (c.world_size > 1) {
+  if (c.ranks.world_size() > 1) {
     std::vector<torch::Tensor> tensors{rows};
     c.pipe->allreduce(tensors)->wait(timeout);
     rows = tensors[0];
@@ -196,13 +190,13 @@ torch::Tensor gather_rows(const RankContext& c, const IterationResult& r, std::i
 }
 
 // Per device: forward and backward ms of the step, averaged over the device's replicas.
-std::vector<MeasuredStageTimes> measured_stage_times(const torch::Tensor& rows, int pp) {
+std::vector<MeasuredStageTimes> measured_stage_times(const torch::Tensor& rows, const RankLayout& ranks) {
   auto acc = rows.accessor<double, 2>();
-  std::vector<MeasuredStageTimes> devices(static_cast<std::size_t>(pp));
-  const int replicas = static_cast<int>(rows.size(0)) / pp;
+  std::vector<MeasuredStageTimes> devices(static_cast<std::size_t>(ranks.pp));
+  const int replicas = ranks.dp;
   auto ms = [&](int rank, InstructionOp op) { return acc[rank][kFixedFields + static_cast<int>(op)]; };
   for (int rank = 0; rank < rows.size(0); ++rank) {
-    MeasuredStageTimes& d = devices[static_cast<std::size_t>(rank % pp)];
+    MeasuredStageTimes& d = devices[static_cast<std::size_t>(ranks.stage_of(rank))];
     d.forward_ms += ms(rank, InstructionOp::Forward) / replicas;
     d.backward_ms += (ms(rank, InstructionOp::Backward) + ms(rank, InstructionOp::BackwardInput) +
                       ms(rank, InstructionOp::BackwardWeight)) / replicas;
@@ -223,7 +217,10 @@ StepMetrics step_metrics(std::int64_t step, const IterationPlan& plan, const tor
     max_added = std::max(max_added, acc[r][5]);
     for (int op = 0; op < kNumInstructionOps; ++op) {
       double ms = acc[r][kFixedFields + op];
-      if (ms > 0) m.op_ms[op_label(op)] = std::max(m.op_ms[op_label(op)], ms);
+      if (ms > 0) {
+        double& slot = m.op_ms[std::string(instruction_op_name(static_cast<InstructionOp>(op)))];
+        slot = std::max(slot, ms);
+      }
     }
   }
   for (const auto& replica : plan.replicas) {
@@ -233,7 +230,7 @@ StepMetrics step_metrics(std::int64_t step, const IterationPlan& plan, const tor
     }
     m.microbatches += static_cast<int>(replica.microbatches.size());
     for (auto b : replica.est_peak_memory_bytes) m.est_peak_memory_bytes = std::max(m.est_peak_memory_bytes, b);
-    if (m.schedule.empty()) m.schedule = replica.schedule;
+    if (m.schedule.empty()) m.schedule = schedule_kind_name(replica.schedule);
   }
   m.step_time_s = max_wall / 1000.0;
   m.est_step_time_s = plan.est_iteration_ms / 1000.0;
@@ -248,13 +245,13 @@ StepMetrics step_metrics(std::int64_t step, const IterationPlan& plan, const tor
 // The program of `rank` in a decoded plan, checked against the job's shape.
 const ExecutorProgram& program_of(const IterationPlan& plan, const RankContext& c, std::int64_t step) {
   auto where = cat("plan store: iteration ", step, ", rank ", c.rank, ": ");
-  if (static_cast<int>(plan.replicas.size()) != c.dp)
-    throw Error(ErrorKind::ParseError, cat(where, "plan must have ", c.dp, " replicas, got ", plan.replicas.size()));
-  const auto& replica = plan.replicas[c.rank / c.pp];
-  if (static_cast<int>(replica.executors.size()) != c.pp)
+  if (static_cast<int>(plan.replicas.size()) != c.ranks.dp)
+    throw Error(ErrorKind::ParseError, cat(where, "plan must have ", c.ranks.dp, " replicas, got ", plan.replicas.size()));
+  const auto& replica = plan.replicas[c.ranks.replica_of(c.rank)];
+  if (static_cast<int>(replica.executors.size()) != c.ranks.pp)
     throw Error(ErrorKind::ParseError,
-                cat(where, "replica must have ", c.pp, " executors, got ", replica.executors.size()));
-  return replica.executors[c.rank % c.pp];
+                cat(where, "replica must have ", c.ranks.pp, " executors, got ", replica.executors.size()));
+  return replica.executors[c.ranks.stage_of(c.rank)];
 }
 
 }  // namespace
@@ -267,12 +264,13 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
   auto store_timeout = seconds_to_ms(options.store_timeout_s);
   try {
     const std::int64_t start_rss = current_rss_bytes();
-    int device = c.rank % c.pp;
+    const int device = c.ranks.stage_of(c.rank);
     std::map<int, std::shared_ptr<StageModel>> stages;
-    for (int s = device; s < hooks.num_stages; s += c.pp) stages[s] = hooks.make_stage(s);
-    ExecutorConfig config{.rank = c.rank, .world_size = c.world_size, .pp = c.pp,
+    for (int s = device; s < hooks.num_stages; s += c.ranks.pp) stages[s] = hooks.make_stage(s);
+    ExecutorConfig config{.rank = c.rank, .ranks = c.ranks,
                           .num_stages = hooks.num_stages, .comm_timeout = comm_timeout,
-                          .lr = options.lr, .weight_decay = options.weight_decay};
+                          .lr = options.lr, .weight_decay = options.weight_decay,
+                          .zero = options.plan.zero == 1};
     Executor executor(config, stages, *c.pipe, c.dp_group, hooks.collate);
 
     CheckpointMeta progress_so_far;
@@ -312,20 +310,20 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
         bytes = c.store->get(step, c.rank, store_timeout);
       }
       IterationPlan plan = decode_plan(bytes, step, c.rank);
-      c.store->release(step, c.world_size);
+      c.store->release(step, c.ranks.world_size());
       const auto& program = program_of(plan, c, step);
       double target_tokens = 0;
       for (const auto& r : plan.replicas)
         for (const auto& mb : r.microbatches) target_tokens += static_cast<double>(mb.target_tokens);
       reset_peak_rss();
       auto result = executor.run({.iteration = step,
-                                  .replica = &plan.replicas[c.rank / c.pp],
+                                  .replica = &plan.replicas[c.ranks.replica_of(c.rank)],
                                   .program = &program,
                                   .loss_scale = target_tokens > 0 ? 1.0 / target_tokens : 0.0});
       auto gathered = gather_rows(c, result, peak_rss_bytes(), start_rss, comm_timeout);
       if (c.rank == 0) {
         auto m = step_metrics(step, plan, gathered);
-        if (hooks.observe_step) hooks.observe_step(plan, measured_stage_times(gathered, c.pp));
+        if (hooks.observe_step) hooks.observe_step(plan, measured_stage_times(gathered, c.ranks));
         rows.push_back(m);
         if (metrics) metrics->append(m);
         progress->update(m);
@@ -356,6 +354,32 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
 
 // ---------------------------------------------------------------- processes
 
+namespace {
+
+// The runtime computes on the CPU and communicates with Gloo. A CUDA device needs a
+// LibTorch with CUDA and c10d's NCCL: say so plainly instead of failing later.
+void check_device(const std::string& device) {
+  std::optional<c10::Device> parsed;
+  try {
+    parsed.emplace(device);
+  } catch (const std::exception&) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--device must be cpu or cuda[:N], got \"", device, "\""));
+  }
+  if (parsed->is_cpu()) return;
+  if (!parsed->is_cuda()) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--device must be cpu or cuda[:N], got \"", device, "\""));
+  }
+  throw Error(ErrorKind::Unsupported,
+              cat("--device ", device, ": ",
+                  torch::cuda::is_available()
+                      ? "this runtime has no NCCL communicator yet; use --device cpu"
+                      : "this LibTorch build has no CUDA (CPU-only); use --device cpu"));
+}
+
+}  // namespace
+
 void TrainOptions::validate() const {
   auto bad = [](const std::string& flag, const std::string& expected, const auto& got) {
     throw Error(ErrorKind::InvalidArgument, cat(flag, " must be ", expected, ", got ", got));
@@ -373,11 +397,27 @@ void TrainOptions::validate() const {
   if (resume && checkpoint_dir.empty()) bad("--resume", "used with --checkpoint-dir", "none");
   if (plan.pp < 1) bad("--pp", ">= 1", plan.pp);
   if (plan.dp < 1) bad("--dp", ">= 1", plan.dp);
+  check_device(device);
 }
+
+namespace {
+
+// GLOO_SOCKET_IFNAME (the name torch.distributed reads) picks the interface; a loopback
+// master keeps everything on 127.0.0.1; otherwise Gloo uses this host's own address.
+GlooDevice gloo_device_for(const DistributedEnv& env) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
+    return {.interface = ifname, .hostname = ""};
+  }
+  const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+  return {.interface = "", .hostname = loopback ? "127.0.0.1" : ""};
+}
+
+}  // namespace
 
 TrainSummary run_rank_process(const TrainOptions& options, const DistributedEnv& env,
                               const HooksFactory& make_hooks) {
-  int world = options.plan.pp * options.plan.dp;
+  const RankLayout ranks{.pp = options.plan.pp, .dp = options.plan.dp};
+  const int world = ranks.world_size();
   if (env.world_size != world)
     throw Error(ErrorKind::InvalidArgument,
                 cat("WORLD_SIZE must be --pp x --dp = ", world, ", got ", env.world_size));
@@ -397,24 +437,27 @@ TrainSummary run_rank_process(const TrainOptions& options, const DistributedEnv&
                                      .timeout = store_timeout,
                                      .embedded = kv});
   if (env.rank == 0) plan_store->clear_failure();
-  bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
-  std::string hostname = loopback ? "127.0.0.1" : "";
+  const GlooDevice device = gloo_device_for(env);
   std::unique_ptr<Communicator> pipe, dp_group;
-  if (world > 1) pipe = make_gloo_communicator(store, run_id + "/pipe", env.rank, world, comm_timeout, hostname);
+  if (world > 1) pipe = make_gloo_communicator(store, run_id + "/pipe", env.rank, world, comm_timeout, device);
   else pipe = std::move(make_local_communicators(1)[0]);
-  int pp = options.plan.pp;
-  if (options.plan.dp > 1)
-    dp_group = make_gloo_communicator(store, cat(run_id, "/dp", env.rank % pp), env.rank / pp, options.plan.dp,
-                                      comm_timeout, hostname);
+  if (ranks.dp > 1)
+    dp_group = make_gloo_communicator(store, cat(run_id, "/dp", ranks.stage_of(env.rank)),
+                                      ranks.replica_of(env.rank), ranks.dp, comm_timeout, device);
   auto hooks = make_hooks(options, env.rank);
-  RankContext context{.rank = env.rank, .world_size = world, .pp = pp, .dp = options.plan.dp,
+  RankContext context{.rank = env.rank, .ranks = ranks,
                       .pipe = pipe.get(), .dp_group = dp_group.get(), .store = plan_store.get()};
   return train_rank(options, context, hooks);
 }
 
 TrainSummary run_training(const TrainOptions& options) {
   options.validate();
-  if (auto env = distributed_env_from_environment()) {
+  const auto env = distributed_env_from_environment();
+  // Launcher or single process: reject bad input before any rank starts. Joining ranks
+  // (RANK set) were started by our launcher, which has checked, or by the user's own,
+  // in which case each rank reports the same one-line error.
+  if (!env) check_training_inputs(options);
+  if (env) {
     auto summary = run_rank_process(options, *env, make_default_hooks);
     const char* launched = std::getenv("DYNAPIPE_LAUNCHED");
     summary.is_reporter = env->rank == 0 && !(launched && std::string(launched) == "1");

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <functional>
+
 #include <memory>
 #include <string>
 
+#include "dynapipe/core/rank_layout.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/runtime/launcher.h"
 #include "dynapipe/runtime/plan_store.h"
@@ -42,9 +44,7 @@ struct TrainHooks {
 
 struct RankContext {
   int rank = 0;
-  int world_size = 1;
-  int pp = 1;
-  int dp = 1;
+  RankLayout ranks;  // pp stages x dp replicas
   Communicator* pipe = nullptr;      // all ranks; peers are global ranks
   Communicator* dp_group = nullptr;  // this device's replicas; nullptr when dp == 1
   PlanStore* store = nullptr;
@@ -60,6 +60,13 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& context,
 using HooksFactory = std::function<TrainHooks(const TrainOptions&, int rank)>;
 TrainSummary run_rank_process(const TrainOptions& options, const DistributedEnv& env,
                               const HooksFactory& make_hooks);
+
+// Everything the real system can reject before a rank starts: the plan config (the
+// Planner's validation: pp vs layers, memory limit vs static memory, cost model), the
+// samples file (every line) and that it yields at least one global batch. run_training()
+// calls it in the launching process, so bad input is one line and exit 2 in well under
+// a second instead of world_size processes failing one by one. (default_hooks.cpp)
+void check_training_inputs(const TrainOptions& options);
 
 // Hooks of the real system: data/ global batches, planner/ Planner, the GPT/T5 stage
 // models and collate of runtime/model/. (default_hooks.cpp)

@@ -19,6 +19,8 @@ enum class Strategy : std::uint8_t {
   Packing,        // "packing": first-fit rows of whole samples, dense attention over each row
   PackingVarlen,  // "packing-varlen": best-fit-decreasing rows, block-diagonal (varlen) attention
   TokenBased,     // "token-based": sorted order, fairseq-style padded-token budget per micro-batch
+  PackingMegatron,  // "packing-megatron": the DynaPipe artifact's baseline: next-fit rows in data
+                    // order padded to the max length, fixed rows per micro-batch, one recompute, 1F1B
 };
 
 std::string_view strategy_name(Strategy strategy);

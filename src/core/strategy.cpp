@@ -1,4 +1,4 @@
-#include "dynapipe/batching/strategy.h"
+#include "dynapipe/core/strategy.h"
 
 #include <array>
 
@@ -11,12 +11,13 @@ struct StrategyName {
 };
 
 // The one table behind parse, print and the CLI choices.
-constexpr std::array<StrategyName, 5> kStrategyNames{{
+constexpr std::array<StrategyName, 6> kStrategyNames{{
     {Strategy::DynaPipe, "dynapipe"},
     {Strategy::Padding, "padding"},
     {Strategy::Packing, "packing"},
     {Strategy::PackingVarlen, "packing-varlen"},
     {Strategy::TokenBased, "token-based"},
+    {Strategy::PackingMegatron, "packing-megatron"},
 }};
 
 }  // namespace

@@ -1,0 +1,74 @@
+// PlanOptions: the user-facing options that shape a plan, declared once for every front
+// end. The CLI's common flags of `plan`, `simulate` and `train` and the keyword arguments
+// of Python's `dynapipe.Planner` both iterate plan_option_table(), so an option has one
+// name, one default and one range, and validate_plan_options() gives both front ends the
+// same message. A new option is one PlanOptions field plus one table row.
+//
+//   PlanOptions options;              // the defaults
+//   options.pp = 4;
+//   PlanConfig config = to_plan_config(options);  // validates, resolves the model
+//
+// Thread-safety: the table is immutable; the functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "dynapipe/plan/execution_plan.h"
+
+namespace dynapipe {
+
+struct PlanOptions {
+  std::string samples;  // --samples (plan, simulate) / --data (train); not in the table
+  std::string model = "gpt-tiny";
+  std::int64_t tp = 1;  // tensor-parallel devices per stage (plan, simulate, tune)
+  std::int64_t pp = 1;
+  std::int64_t dp = 1;
+  std::int64_t zero = 0;  // ZeRO stage: 0, or 1 (optimizer states sharded over dp)
+  std::int64_t max_seqlen = 2048;
+  std::int64_t max_target_len = 0;  // 0: same as max_seqlen
+  std::int64_t global_batch_tokens = 65536;
+  // Spellings from strategy_names() / schedule_kind_names(); to_plan_config() parses
+  // them into PlanConfig's enums (the CLI and Python both pass text).
+  std::string strategy = "dynapipe";
+  std::string schedule = "auto";
+  double memory_limit_gib = 0;  // 0: the device's memory
+  std::string cost_model = "analytic:a100-40g";
+  std::int64_t iterations = 0;  // 0: all
+  std::uint64_t seed = 0;
+  std::int64_t seqlen_multiple = 8;
+  std::int64_t micro_batch_size = 0;  // rows per micro-batch where the strategy fixes it; 0: its choice
+  std::string recompute = "auto";     // one mode for every micro-batch; auto: the planner picks
+};
+
+// One option. Integers and doubles are checked against [min, max] (inclusive; NaN is
+// rejected); strings against `choices` when it is not empty; `seed` takes any uint64.
+struct PlanOptionSpec {
+  using Field = std::variant<std::int64_t PlanOptions::*, double PlanOptions::*,
+                             std::string PlanOptions::*, std::uint64_t PlanOptions::*>;
+  std::string flag;  // CLI spelling, e.g. "--max-seqlen"
+  std::string name;  // Python keyword, e.g. "max_seqlen"
+  std::string help;
+  Field field;
+  double min = 0;
+  double max = 0;
+  std::vector<std::string> choices;
+  bool show_default = true;  // CLI help prints the default
+};
+
+// Every option but `samples`, in CLI help order.
+const std::vector<PlanOptionSpec>& plan_option_table();
+
+// Throws Error(InvalidArgument) naming the first option out of range, with its CLI flag:
+//   "--pp must be an integer in [1, 1024], got 0"
+//   "--strategy must be one of dynapipe, padding, ..., got \"magic\""
+void validate_plan_options(const PlanOptions& options);
+
+// Validates, then builds the PlanConfig (model resolved from its preset or JSON file,
+// max_target_len 0 resolved to max_seqlen). Throws what validate_plan_options() and
+// load_model_spec() throw.
+PlanConfig to_plan_config(const PlanOptions& options);
+
+}  // namespace dynapipe

@@ -1,0 +1,191 @@
+// `dynapipe tune`: the best parallel layout (tp x pp x dp of --gpus) per strategy for a
+// dataset, model, cost model and memory limit, with the throughput ratios between
+// strategies (docs/cli.md; the search is planner/tune.h).
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/command.h"
+#include "cli/flags.h"
+#include "dynapipe/core/strategy.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
+#include "dynapipe/cost/cost_model.h"
+#include "dynapipe/cost/model_spec.h"
+#include "dynapipe/data/dataset.h"
+#include "dynapipe/planner/planner.h"
+#include "dynapipe/planner/tune.h"
+#include "dynapipe/report/table.h"
+
+namespace dynapipe::cli {
+namespace {
+
+struct TuneFlags {
+  std::string samples;
+  std::string model = "gpt-6.7b";
+  std::string cost_model = "analytic:a100-40g";
+  int gpus = 8;
+  double memory_limit_gib = 0;
+  std::int64_t max_seqlen = 2048;
+  std::int64_t max_target_len = 0;
+  std::int64_t global_batch_tokens = 65536;
+  std::int64_t iterations = 3;
+  std::string strategies;  // empty: all
+  ScheduleKind schedule = ScheduleKind::Auto;
+  std::uint64_t seed = 0;
+  int seqlen_multiple = 8;
+  bool summary_json = false;
+  bool megatron_token_batches = false;
+  bool megatron_free_recompute = false;
+};
+
+// The ratios are against this strategy when it has a result (the paper's baseline), else
+// against "packing".
+std::string reference_strategy(const TuneResult& r) {
+  if (r.best.count(std::string(strategy_name(Strategy::PackingMegatron)))) {
+    return std::string(strategy_name(Strategy::PackingMegatron));
+  }
+  return "packing";
+}
+
+std::string point_recompute(const TunePoint& p) {
+  return p.recompute ? std::string(recompute_name(*p.recompute)) : "auto";
+}
+
+void run_tune(const TuneFlags& flags) {
+  TuneOptions options;
+  PlanConfig& base = options.base;
+  base.model = load_model_spec(flags.model);
+  base.samples_path = flags.samples;
+  base.cost_model = flags.cost_model;
+  base.schedule = flags.schedule;
+  base.max_seqlen = flags.max_seqlen;
+  base.max_target_len = flags.max_target_len > 0 ? flags.max_target_len : flags.max_seqlen;
+  base.global_batch_tokens = flags.global_batch_tokens;
+  base.memory_limit_gib = flags.memory_limit_gib;
+  base.seed = flags.seed;
+  base.seqlen_multiple = flags.seqlen_multiple;
+  options.gpus = flags.gpus;
+  options.iterations = flags.iterations;
+  options.megatron_token_batches = flags.megatron_token_batches;
+  options.megatron_free_recompute = flags.megatron_free_recompute;
+  if (!flags.strategies.empty()) options.strategies = split(flags.strategies, ',');
+  options.validate();
+  // Fail fast on the cost model and model (e.g. a100-measured with another model) before
+  // loading data.
+  make_cost_model(base.cost_model, base.model, {});
+  const Dataset dataset = Dataset::load(flags.samples, truncation_limits(base));
+
+  const bool interactive = isatty(fileno(stderr)) != 0;
+  if (interactive) {
+    options.progress = [](int done, int total) {
+      std::fprintf(stderr, "\rdynapipe tune: %d/%d configurations", done, total);
+      if (done == total) std::fprintf(stderr, "\r\033[K");
+    };
+  }
+  const TuneResult result = tune(dataset.samples(), dataset.truncated_ids(), options);
+  const std::string reference = reference_strategy(result);
+  const double reference_tps = result.best.count(reference) ? result.best.at(reference).est_tokens_per_s : 0;
+
+  if (flags.summary_json) {
+    nlohmann::ordered_json j;
+    j["model"] = base.model.name;
+    j["cost_model"] = base.cost_model;
+    j["gpus"] = flags.gpus;
+    j["max_seqlen"] = base.max_seqlen;
+    j["global_batch_tokens"] = base.global_batch_tokens;
+    j["memory_limit_gib"] = base.memory_limit_gib;
+    j["reference"] = reference;
+    nlohmann::ordered_json strategies = nlohmann::ordered_json::object();
+    for (const auto& [name, p] : result.best) {
+      nlohmann::ordered_json s;
+      s["tp"] = p.layout.tp;
+      s["pp"] = p.layout.pp;
+      s["dp"] = p.layout.dp;
+      s["micro_batch_size"] = p.micro_batch_size;
+      s["recompute"] = point_recompute(p);
+      s["schedule"] = p.schedule;
+      s["est_tokens_per_s"] = p.est_tokens_per_s;
+      s["est_iteration_ms"] = p.est_iteration_ms;
+      s["padding_efficiency"] = p.padding_efficiency;
+      s["vs_reference"] = reference_tps > 0 ? p.est_tokens_per_s / reference_tps : 0.0;
+      s["points_tried"] = result.points_tried.at(name);
+      s["points_feasible"] = result.points_feasible.at(name);
+      strategies[name] = s;
+    }
+    j["strategies"] = strategies;
+    std::cout << j.dump() << "\n";
+    return;
+  }
+
+  std::printf("dynapipe tune: %s on %d GPUs (%zu layouts), %s, max seqlen %lld, %lld tokens/batch, "
+              "memory limit %s GiB, %lld iterations per point\n\n",
+              base.model.name.c_str(), flags.gpus, result.layouts.size(), base.cost_model.c_str(),
+              static_cast<long long>(base.max_seqlen), static_cast<long long>(base.global_batch_tokens),
+              base.memory_limit_gib > 0 ? format_fixed(base.memory_limit_gib, 2).c_str() : "device",
+              static_cast<long long>(flags.iterations));
+  TextTable table({"strategy", "tp", "pp", "dp", "mbs", "recompute", "schedule", "est. tokens/s",
+                   "padding eff.", "est. iter ms", cat("vs ", reference), "feasible/tried"});
+  for (const auto& [name, tried] : result.points_tried) {
+    const auto it = result.best.find(name);
+    if (it == result.best.end()) {
+      table.add_row({name, "-", "-", "-", "-", "-", "-", "infeasible", "-", "-", "-", cat(0, "/", tried)});
+      continue;
+    }
+    const TunePoint& p = it->second;
+    table.add_row({name, cat(p.layout.tp), cat(p.layout.pp), cat(p.layout.dp),
+                   p.micro_batch_size > 0 ? cat(p.micro_batch_size) : "auto", point_recompute(p), p.schedule,
+                   format_fixed(p.est_tokens_per_s, 0), format_fixed(p.padding_efficiency, 3),
+                   format_fixed(p.est_iteration_ms, 1),
+                   reference_tps > 0 ? format_fixed(p.est_tokens_per_s / reference_tps, 2) + "x" : "-",
+                   cat(result.points_feasible.count(name) ? result.points_feasible.at(name) : 0, "/", tried)});
+  }
+  std::cout << table.to_markdown();
+}
+
+void setup(CLI::App& app) {
+  auto flags = std::make_shared<TuneFlags>();
+  CLI::App* command = app.add_subcommand(
+      "tune", "Best tp x pp x dp layout of --gpus per strategy (grid search by simulation)");
+  command->add_option("--samples", flags->samples, "Samples file (JSONL, optionally gzip)")->required();
+  command->add_option("--model", flags->model, "Model preset or JSON file")->capture_default_str();
+  command->add_option("--cost-model", flags->cost_model,
+                      "analytic:<device>, a100-measured (gpt-6.7b, t5-11b) or a profile JSON")
+      ->capture_default_str();
+  command->add_option("--gpus", flags->gpus, "GPUs to lay out as tp x pp x dp")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  command->add_option("--memory-limit", flags->memory_limit_gib,
+                      "Device memory per GPU, GiB (default: the device's)")
+      ->check(CLI::Range(0.0, 1e6));
+  command->add_option("--max-seqlen", flags->max_seqlen, "Truncation limit (GPT: input+target; T5: encoder)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))->capture_default_str();
+  command->add_option("--max-target-len", flags->max_target_len, "T5 decoder limit (default: --max-seqlen)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
+  command->add_option("--global-batch-tokens", flags->global_batch_tokens, "Token budget of one global batch")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
+  command->add_option("--iterations", flags->iterations, "Global batches planned per configuration")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
+  command->add_option("--strategies", flags->strategies, "Comma list of strategies (default: all)");
+  command->add_option("--schedule", flags->schedule,
+                      "Schedule for every strategy but packing-megatron (always 1f1b)")
+      ->transform(schedule_transformer())
+      ->default_str(std::string(schedule_kind_name(flags->schedule)));
+  command->add_option("--seed", flags->seed, "Seed of all randomness")->capture_default_str();
+  command->add_option("--seqlen-multiple", flags->seqlen_multiple, "Round lengths up to this multiple")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  command->add_flag("--summary-json", flags->summary_json,
+                    "Print one JSON object {\"strategies\": {name: {tp, pp, dp, est_tokens_per_s, ...}}}");
+  command->add_flag("--megatron-token-batches", flags->megatron_token_batches,
+                    "Ablation: plan packing-megatron on the token-budget global batches");
+  command->add_flag("--megatron-free-recompute", flags->megatron_free_recompute,
+                    "Ablation: also let packing-megatron pick recompute per iteration");
+  command->callback([flags] { run_tune(*flags); });
+}
+
+const bool registered = register_command({"tune", &setup});
+
+}  // namespace
+}  // namespace dynapipe::cli

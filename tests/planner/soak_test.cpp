@@ -1,0 +1,137 @@
+// Soak: random configurations (models, pp, dp, memory limits, strategies, schedules,
+// length mixes) through plan + lowering + verifier. The planner verifies every plan it
+// makes (deadlock freedom, matching, buffers, memory), so a verifier failure surfaces
+// as an Internal error here. Every configuration must either plan, with every sample
+// in exactly one micro-batch and every estimated peak within the limit, or be refused
+// with Infeasible / InvalidArgument / Unsupported; nothing else may escape.
+//
+// DYNAPIPE_SOAK_CONFIGS sets the count (default 1000, CI); bench/soak.sh runs 10,000.
+// DYNAPIPE_SOAK_SEED picks the first seed, to rerun a failing configuration.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/rng.h"
+#include "dynapipe/core/strings.h"
+#include "dynapipe/core/units.h"
+#include "dynapipe/planner/planner.h"
+
+namespace dynapipe {
+namespace {
+
+std::int64_t env_int(const char* name, std::int64_t fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? std::strtoll(value, nullptr, 10) : fallback;
+}
+
+struct SoakCase {
+  PlanConfig config;
+  GlobalBatch batch;
+  std::string describe() const {
+    return cat(config.model.name, " ", strategy_name(config.strategy), "/",
+               schedule_kind_name(config.schedule), " pp ", config.pp, " dp ", config.dp,
+               " limit ", config.memory_limit_gib, " GiB, max seqlen ", config.max_seqlen, ", ",
+               batch.samples.size(), " samples");
+  }
+};
+
+SoakCase random_case(std::uint64_t seed) {
+  Rng rng(seed);
+  SoakCase c;
+  PlanConfig& config = c.config;
+  static const char* kModels[] = {"gpt-tiny", "t5-tiny", "gpt-6.7b", "t5-11b"};
+  const bool large = rng.uniform() < 0.5;
+  config.model = load_model_spec(kModels[rng.uniform_int(0, 1) + (large ? 2 : 0)]);
+  config.cost_model = large ? "analytic:a100-80g" : "analytic:cpu";
+  const std::vector<std::string_view> strategies = strategy_names();
+  config.strategy = *parse_strategy(strategies[rng.uniform_int(0, strategies.size() - 1)]);
+  const std::vector<std::string_view> schedules = schedule_kind_names();
+  config.schedule = *parse_schedule_kind(schedules[rng.uniform_int(0, schedules.size() - 1)]);
+  static const int kPp[] = {1, 2, 3, 4, 8};
+  config.pp = std::min(kPp[rng.uniform_int(0, 4)], config.model.total_layers());
+  config.dp = static_cast<int>(rng.uniform_int(1, 3));
+  config.max_seqlen = std::int64_t{1} << rng.uniform_int(6, 12);
+  config.max_target_len = config.model.kind == ModelKind::T5
+                              ? std::max<std::int64_t>(8, config.max_seqlen >> rng.uniform_int(0, 3))
+                              : config.max_seqlen;
+  config.seed = seed;
+  // Memory: the device's, or a random fraction of it (often too tight on purpose).
+  const double device_gib = large ? 80 : 64;
+  config.memory_limit_gib = rng.uniform() < 0.3 ? 0 : device_gib * rng.uniform(0.05, 1.0);
+
+  // A multi-task mix: mostly short samples, some long, a few at the limits.
+  const int n = static_cast<int>(rng.uniform_int(1, 200));
+  std::int64_t tokens = 0;
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.id = i;
+    const double u = rng.uniform();
+    const std::int64_t longest =
+        config.model.kind == ModelKind::Gpt ? config.max_seqlen - 1 : config.max_seqlen;
+    const std::int64_t input = u < 0.7 ? rng.uniform_int(1, std::min<std::int64_t>(64, longest))
+                               : u < 0.95 ? rng.uniform_int(1, longest)
+                                          : longest;
+    s.input_len = static_cast<std::int32_t>(input);
+    const std::int64_t target_cap = config.model.kind == ModelKind::Gpt
+                                        ? config.max_seqlen - input
+                                        : config.max_target_len;
+    s.target_len = static_cast<std::int32_t>(rng.uniform_int(1, std::max<std::int64_t>(1, std::min<std::int64_t>(target_cap, 32))));
+    tokens += s.input_len + s.target_len;
+    c.batch.samples.push_back(s);
+  }
+  config.global_batch_tokens = tokens;
+  c.batch.index = 0;
+  return c;
+}
+
+TEST(SoakTest, RandomConfigurationsPlanVerifyOrAreRefusedCleanly) {
+  const std::int64_t count = env_int("DYNAPIPE_SOAK_CONFIGS", 1000);
+  const std::uint64_t first = static_cast<std::uint64_t>(env_int("DYNAPIPE_SOAK_SEED", 1));
+  std::map<ErrorKind, int> refused;
+  int planned = 0;
+  for (std::uint64_t seed = first; seed < first + count; ++seed) {
+    const SoakCase c = random_case(seed);
+    SCOPED_TRACE(cat("seed ", seed, ": ", c.describe(), " (rerun: DYNAPIPE_SOAK_SEED=", seed,
+                     " DYNAPIPE_SOAK_CONFIGS=1)"));
+    IterationPlan plan;
+    std::int64_t limit = 0;
+    try {
+      PlannerOptions options;
+      options.fixed_layout = seed % 2 == 0;
+      const Planner planner(c.config, options);
+      limit = gib_to_bytes(planner.config().memory_limit_gib);
+      plan = planner.plan_iteration(c.batch);
+    } catch (const Error& e) {
+      const ErrorKind kind = e.kind();
+      ASSERT_TRUE(kind == ErrorKind::Infeasible || kind == ErrorKind::InvalidArgument ||
+                  kind == ErrorKind::Unsupported)
+          << e.what();
+      ++refused[kind];
+      if (std::getenv("DYNAPIPE_SOAK_VERBOSE")) std::printf("seed %llu refused: %s\n", static_cast<unsigned long long>(seed), e.what());
+      continue;
+    }
+    ++planned;
+    std::multiset<SampleId> seen;
+    for (const ReplicaPlan& replica : plan.replicas) {
+      ASSERT_FALSE(replica.microbatches.empty());
+      for (const MicroBatch& mb : replica.microbatches) seen.insert(mb.sample_ids.begin(), mb.sample_ids.end());
+      for (std::int64_t peak : replica.est_peak_memory_bytes) ASSERT_LE(peak, limit + 1);
+    }
+    ASSERT_EQ(seen, std::multiset<SampleId>(plan.sample_ids.begin(), plan.sample_ids.end()));
+  }
+  std::printf("soak: %lld configurations: %d planned, %d infeasible, %d invalid, %d unsupported\n",
+              static_cast<long long>(count), planned, refused[ErrorKind::Infeasible],
+              refused[ErrorKind::InvalidArgument], refused[ErrorKind::Unsupported]);
+  // The mix must exercise both outcomes, or the soak tests nothing.
+  if (count >= 200) {
+    EXPECT_GT(planned, count / 4);
+    EXPECT_GT(refused[ErrorKind::Infeasible], 0);
+  }
+}
+
+}  // namespace
+}  // namespace dynapipe
