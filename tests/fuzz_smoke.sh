@@ -17,7 +17,7 @@ printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned lon
 clang++ -fsanitize=fuzzer "$probe/p.cpp" -o "$probe/p" 2>/dev/null ||
   { echo "SKIPPED: clang++ cannot link libFuzzer (libclang-rt-*-dev missing)"; exit 77; }
 
-targets=(plan_json_fuzz plan_binary_fuzz samples_fuzz profile_fuzz model_json_fuzz)
+targets=(plan_json_fuzz plan_binary_fuzz samples_fuzz profile_fuzz model_json_fuzz graph_txt_fuzz)
 CXX=clang++ CC=clang cmake -S "$source_dir" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release \
   -DDYNAPIPE_BUILD_FUZZ=ON -DDYNAPIPE_WITH_TORCH=OFF -DDYNAPIPE_BUILD_TESTS=OFF \
   -DDYNAPIPE_BUILD_BENCH=OFF >/dev/null || exit 1
@@ -31,6 +31,7 @@ corpus_of() {
     samples_fuzz) echo "$source_dir/tests/fuzz/corpus/samples" ;;
     profile_fuzz) echo "$source_dir/tests/fuzz/corpus/profile" ;;
     model_json_fuzz) echo "$source_dir/tests/fuzz/corpus/model_json" ;;
+    graph_txt_fuzz) echo "$source_dir/tests/fuzz/corpus/graph_txt" ;;
   esac
 }
 failed=0

@@ -157,6 +157,7 @@ class Planner:
         seqlen_multiple: int = 8,
         micro_batch_size: int = 0,
         recompute: str = "auto",
+        partition: str = "balanced",
     ) -> None: ...
     @property
     def options(self) -> Dict[str, Any]: ...

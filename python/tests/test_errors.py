@@ -72,7 +72,7 @@ def test_wrong_option_type_names_the_argument(options, message):
 
 
 def test_unknown_option_lists_the_known_ones():
-    with pytest.raises(dynapipe.InvalidType, match=r"unknown option 'stages': expected one of model, pp"):
+    with pytest.raises(dynapipe.InvalidType, match=r"unknown option 'stages': expected one of model, tp, pp"):
         dynapipe.Planner(stages=4)
 
 

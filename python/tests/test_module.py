@@ -23,7 +23,7 @@ def test_defaults_are_the_clis():
     assert dynapipe.Planner().options == defaults
     assert defaults["model"] == "gpt-tiny" and defaults["pp"] == 1
     assert defaults["strategy"] == "dynapipe" and defaults["schedule"] == "auto"
-    assert [row["flag"] for row in dynapipe.plan_options()][:3] == ["--model", "--pp", "--dp"]
+    assert [row["flag"] for row in dynapipe.plan_options()][:4] == ["--model", "--tp", "--pp", "--dp"]
 
 
 def test_every_sample_in_exactly_one_microbatch(planner):

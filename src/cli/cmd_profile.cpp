@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "cli/command.h"
 #include "cli/output_file.h"
+#include "cli/transformer_graph.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/cost/profile.h"
@@ -24,6 +26,7 @@ namespace {
 struct ProfileArgs {
   std::string model = "gpt-tiny";
   std::string out;
+  std::string graph_txt;  // also write the layers as a PipeDream graph.txt
   double memory_limit_gib = 0;
   bool no_progress = false;
   bool no_split_backward = false;
@@ -57,6 +60,9 @@ void setup_profile(CLI::App& app) {
   auto* cmd = app.add_subcommand("profile", "Measure this machine's per-layer costs into a profile JSON");
   cmd->add_option("--model", args->model, "Model preset or JSON file")->capture_default_str();
   cmd->add_option("--out", args->out, "The profile to write")->required();
+  cmd->add_option("--graph-txt", args->graph_txt,
+                  "Also write the per-layer profile in PipeDream's graph.txt format (largest grid shape), "
+                  "for dynapipe partition");
   cmd->add_option("--batch-sizes", o.grid.batches, "Micro-batch sizes, comma-separated")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--seqlens", o.grid.seqlens, "Sequence lengths (T5: encoder), comma-separated")
@@ -83,7 +89,21 @@ void setup_profile(CLI::App& app) {
     if (!args->no_progress) options.progress = progress_printer();
     const auto start = std::chrono::steady_clock::now();
     const Profile profile = runtime::measure_profile(spec, options);
+    std::string graph_text;  // made first, so a failure writes neither file
+    if (!args->graph_txt.empty()) {
+      CostModelOptions per_layer;
+      per_layer.num_stages = spec.total_layers();
+      const auto cost = make_profiled_cost_model(profile, per_layer, args->out);
+      auto largest = [](const std::vector<std::int64_t>& values) {
+        return values.empty() ? std::int64_t{0} : *std::max_element(values.begin(), values.end());
+      };
+      const MicroBatchShape shape{.batch = largest(options.grid.batches),
+                                  .seqlen = largest(options.grid.seqlens),
+                                  .dec_seqlen = spec.kind == ModelKind::T5 ? largest(options.grid.dec_seqlens) : 0};
+      graph_text = format_graph_txt(transformer_graph(*cost, shape));
+    }
     write_file_atomically(args->out, profile_to_json(profile));
+    if (!args->graph_txt.empty()) write_file_atomically(args->graph_txt, graph_text);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::size_t points = 0;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <map>
 #include <iostream>
 
 #include "cli/command.h"
@@ -34,7 +35,7 @@ struct TuneFlags {
   std::int64_t global_batch_tokens = 65536;
   std::int64_t iterations = 3;
   std::string strategies;  // empty: all
-  ScheduleKind schedule = ScheduleKind::Auto;
+  std::string schedule = "auto";  // a spelling of schedule_kind_names(), parsed in run_tune
   std::uint64_t seed = 0;
   int seqlen_multiple = 8;
   bool summary_json = false;
@@ -61,7 +62,7 @@ void run_tune(const TuneFlags& flags) {
   base.model = load_model_spec(flags.model);
   base.samples_path = flags.samples;
   base.cost_model = flags.cost_model;
-  base.schedule = flags.schedule;
+  base.schedule = *parse_schedule_kind(flags.schedule);
   base.max_seqlen = flags.max_seqlen;
   base.max_target_len = flags.max_target_len > 0 ? flags.max_target_len : flags.max_seqlen;
   base.global_batch_tokens = flags.global_batch_tokens;
@@ -148,6 +149,8 @@ void run_tune(const TuneFlags& flags) {
 
 void setup(CLI::App& app) {
   auto flags = std::make_shared<TuneFlags>();
+  std::vector<std::string> schedule_choices;
+  for (std::string_view name : schedule_kind_names()) schedule_choices.emplace_back(name);
   CLI::App* command = app.add_subcommand(
       "tune", "Best tp x pp x dp layout of --gpus per strategy (grid search by simulation)");
   command->add_option("--samples", flags->samples, "Samples file (JSONL, optionally gzip)")->required();
@@ -171,8 +174,8 @@ void setup(CLI::App& app) {
   command->add_option("--strategies", flags->strategies, "Comma list of strategies (default: all)");
   command->add_option("--schedule", flags->schedule,
                       "Schedule for every strategy but packing-megatron (always 1f1b)")
-      ->transform(schedule_transformer())
-      ->default_str(std::string(schedule_kind_name(flags->schedule)));
+      ->check(CLI::IsMember(schedule_choices))
+      ->capture_default_str();
   command->add_option("--seed", flags->seed, "Seed of all randomness")->capture_default_str();
   command->add_option("--seqlen-multiple", flags->seqlen_multiple, "Round lengths up to this multiple")
       ->check(CLI::Range(1, 4096))->capture_default_str();

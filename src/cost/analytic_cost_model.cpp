@@ -205,7 +205,7 @@ class AnalyticCostModel final : public CostModel {
  public:
   AnalyticCostModel(const ModelSpec& model, const DeviceSpec& device, const CostModelOptions& options)
       : model_(model), device_(device), options_(options),
-        stages_(assign_layers_uniform(model, options.num_stages)) {
+        stages_(resolve_stage_layers(model, options)) {
     // Tensor parallelism (Megatron, no sequence parallelism) splits heads, the ffn width
     // and the vocabulary over tp devices; hidden-wide tensors (LN, dropout, residual) are
     // replicated. Each device then runs the layer with the narrower widths.

@@ -60,6 +60,20 @@ void CostModelOptions::validate() const {
   require(tp >= 1, "tp", tp);
 }
 
+std::vector<StageLayers> resolve_stage_layers(const ModelSpec& model, const CostModelOptions& options) {
+  if (options.layers.empty()) return assign_layers_uniform(model, options.num_stages);
+  if (static_cast<int>(options.layers.size()) != options.num_stages) {
+    throw Error(ErrorKind::InvalidArgument, cat("cost model options: layers must list num_stages (", options.num_stages,
+                                                ") stages, got ", options.layers.size()));
+  }
+  if (assign_layers(model, layers_per_stage(options.layers)) != options.layers) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("cost model options: layers must be a contiguous split of model '", model.name,
+                    "' with the embedding first and the head last"));
+  }
+  return options.layers;
+}
+
 double CostModel::p2p_ms(std::int64_t bytes) const {
   if (bytes <= 0) return 0;
   const DeviceSpec& d = device();

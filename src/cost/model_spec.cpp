@@ -196,13 +196,32 @@ std::vector<StageLayers> assign_layers_uniform(const ModelSpec& spec, int num_st
                 cat("pipeline stages (--pp x chunks) must be at most the ", total, " layers of model '",
                     spec.name, "', got ", num_stages));
   }
-  const int enc = spec.layers;  // T5: the stack is encoder layers [0, enc) then decoder layers
   const int base = total / num_stages;
   const int extra = total % num_stages;
+  std::vector<int> counts(num_stages);
+  for (int i = 0; i < num_stages; ++i) counts[i] = base + (i < extra ? 1 : 0);
+  return assign_layers(spec, counts);
+}
+
+std::vector<StageLayers> assign_layers(const ModelSpec& spec, const std::vector<int>& layers_per_stage) {
+  const int total = spec.total_layers();
+  int sum = 0;
+  bool positive = !layers_per_stage.empty();
+  for (int n : layers_per_stage) {
+    sum += n;
+    positive = positive && n >= 1;
+  }
+  if (!positive || sum != total) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("layers per stage must be >= 1 each and sum to the ", total, " layers of model '", spec.name,
+                    "', got ", join(layers_per_stage, ",")));
+  }
+  const int enc = spec.layers;  // T5: the stack is encoder layers [0, enc) then decoder layers
+  const int num_stages = static_cast<int>(layers_per_stage.size());
   std::vector<StageLayers> stages(num_stages);
   int begin = 0;
   for (int i = 0; i < num_stages; ++i) {
-    const int end = begin + base + (i < extra ? 1 : 0);
+    const int end = begin + layers_per_stage[i];
     StageLayers& s = stages[i];
     s.enc_begin = std::min(begin, enc);
     s.enc_end = std::min(end, enc);
@@ -213,8 +232,13 @@ std::vector<StageLayers> assign_layers_uniform(const ModelSpec& spec, int num_st
     s.has_head = i == num_stages - 1;
     begin = end;
   }
-  DYNAPIPE_CHECK(begin == total, cat("layer split covers ", begin, " of ", total, " layers"));
   return stages;
+}
+
+std::vector<int> layers_per_stage(const std::vector<StageLayers>& stages) {
+  std::vector<int> counts;
+  for (const StageLayers& s : stages) counts.push_back(s.num_layers());
+  return counts;
 }
 
 std::int64_t stage_parameter_count(const ModelSpec& spec, const StageLayers& stage) {

@@ -152,7 +152,7 @@ class ProfiledCostModel final : public CostModel {
  public:
   ProfiledCostModel(const Profile& profile, const CostModelOptions& options, std::string source)
       : profile_(profile), options_(options), source_(std::move(source)),
-        stages_(assign_layers_uniform(profile.model, options.num_stages)) {
+        stages_(resolve_stage_layers(profile.model, options)) {
     const ModelSpec& model = profile.model;
     for (const ProfileLayer& layer : profile.layers) {
       const int k = static_cast<int>(layer.kind);

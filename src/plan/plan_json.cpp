@@ -69,6 +69,7 @@ Json config_to_json(const PlanConfig& c) {
   j["iterations"] = c.iterations;
   if (c.micro_batch_size != 0) j["micro_batch_size"] = c.micro_batch_size;
   if (c.recompute) j["recompute"] = recompute_name(*c.recompute);
+  if (!c.stage_layers.empty()) j["layers_per_stage"] = layers_per_stage(c.stage_layers);
   return j;
 }
 
@@ -350,6 +351,17 @@ PlanConfig config_from(const Node& n) {
     const auto mode = parse_recompute(recompute.string());
     if (!mode) recompute.fail("one of \"none\", \"selective\", \"full\"");
     c.recompute = *mode;
+  }
+  if (n.has("layers_per_stage")) {
+    const Node counts = n["layers_per_stage"];
+    std::vector<int> per_stage;
+    for (std::int64_t count : counts.int64s(1)) per_stage.push_back(static_cast<int>(count));
+    if (static_cast<int>(per_stage.size()) != c.pp) counts.fail(cat("pp (", c.pp, ") layer counts"));
+    try {
+      c.stage_layers = assign_layers(c.model, per_stage);
+    } catch (const Error&) {
+      counts.fail(cat("layer counts summing to the model's ", c.model.total_layers(), " layers"));
+    }
   }
   return c;
 }

@@ -8,6 +8,10 @@
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/cost/model_spec.h"
+#include "dynapipe/data/dataset.h"
+#include "dynapipe/data/global_batch.h"
+#include "dynapipe/planner/layer_partition.h"
+#include "dynapipe/planner/planner.h"
 #include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe {
@@ -84,6 +88,10 @@ std::vector<PlanOptionSpec> make_table() {
   t.push_back(row("--recompute", "recompute",
                "One recompute mode for every micro-batch (auto: the planner picks)", &O::recompute, 0,
                0, {"auto", "none", "selective", "full"}));
+  t.push_back(row("--partition", "partition",
+               "Layers over pipeline stages: uniform, balanced (by the cost model) or joint (with the "
+               "data's dynamic micro-batches)",
+               &O::partition, 0, 0, layer_partition_names()));
   return t;
 }
 
@@ -160,6 +168,17 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   config.iterations = options.iterations;
   config.micro_batch_size = options.micro_batch_size;
   if (options.recompute != "auto") config.recompute = parse_recompute(options.recompute);
+  const LayerPartition partition = *parse_layer_partition(options.partition);  // validated above
+  std::vector<GlobalBatch> batches;
+  if (partition == LayerPartition::Joint && config.pp > 1) {
+    if (config.samples_path.empty()) {
+      throw Error(ErrorKind::InvalidArgument, "--partition joint needs the samples file (--samples / --data)");
+    }
+    const LayerPartitionOptions defaults;
+    const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
+    batches = form_global_batches(data, config.global_batch_tokens, defaults.joint_batches);
+  }
+  config.stage_layers = choose_stage_layers(config, partition, batches);
   return config;
 }
 

@@ -168,16 +168,24 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   cost_options.num_stages = config.pp;
   cost_options.tp = config.tp;
   cost_options.seqlen_multiple = config.seqlen_multiple;
+  cost_options.layers = config.stage_layers;
   cost_options.zero_shards = config.zero == 1 ? config.dp : 1;
   m.base_cost = make_cost_model(config.cost_model, config.model, cost_options);
   m.cost = options.calibration ? make_calibrated_cost_model(m.base_cost, options.calibration)
                                : m.base_cost;
 
-  const bool interleaving_possible =
-      config.pp > 1 && config.model.total_layers() >= config.pp * kInterleavedChunks;
+  // A chosen (non-uniform) split has no interleaved counterpart: virtual stages place
+  // layers uniformly.
+  const bool interleaving_possible = config.pp > 1 && config.stage_layers.empty() &&
+                                     config.model.total_layers() >= config.pp * kInterleavedChunks;
   const bool wants_interleaved =
       m.schedule == ScheduleKind::Interleaved ||
       (m.schedule == ScheduleKind::Auto && !options.fixed_layout);
+  if (m.schedule == ScheduleKind::Interleaved && !config.stage_layers.empty()) {
+    throw Error(ErrorKind::InvalidArgument,
+                "--schedule interleaved places layers uniformly over virtual stages; it needs --partition uniform "
+                "(or a balanced split that came out uniform)");
+  }
   if (config.schedule == ScheduleKind::Interleaved && !interleaving_possible) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--schedule interleaved needs --pp >= 2 and at least ", kInterleavedChunks,

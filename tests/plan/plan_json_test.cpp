@@ -40,6 +40,24 @@ TEST(PlanJsonTest, RoundTripsExactlyForGptAndT5) {
   }
 }
 
+TEST(PlanJsonTest, StageLayersTravelAsLayerCounts) {
+  ExecutionPlan plan = testing::sample_plan(ModelKind::T5, 2, 1, 1, 2);
+  ASSERT_EQ(plan.config.pp, 2);
+  const int total = plan.config.model.total_layers();
+  plan.config.stage_layers = assign_layers(plan.config.model, {total - 1, 1});
+  const std::string text = plan_to_json(plan);
+  EXPECT_EQ(Json::parse(text)["config"]["layers_per_stage"], Json::array({total - 1, 1}));
+  EXPECT_EQ(plan_from_json(text, "plan.json").config, plan.config);
+  Json j = Json::parse(text);
+  j["config"]["layers_per_stage"] = Json::array({total, 1});
+  expect_parse_error(j.dump(), "config.layers_per_stage must be layer counts summing to the model's");
+  j["config"]["layers_per_stage"] = Json::array({total});
+  expect_parse_error(j.dump(), "config.layers_per_stage must be pp (2) layer counts");
+  // A uniform split is written as no field at all.
+  plan.config.stage_layers.clear();
+  EXPECT_FALSE(Json::parse(plan_to_json(plan))["config"].contains("layers_per_stage"));
+}
+
 TEST(PlanJsonTest, LayoutFollowsTheContract) {
   ExecutionPlan plan = testing::sample_plan(ModelKind::T5, 2, 1, 1, 2);
   Json j = Json::parse(plan_to_json(plan));

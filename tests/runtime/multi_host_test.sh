@@ -37,7 +37,7 @@ ip -n "$ns_a" link set "$veth_a" up
 ip -n "$ns_b" link set "$veth_b" up
 
 job=(train --data "$data" --model gpt-tiny --pp 2 --max-seqlen 256 --global-batch-tokens 2048
-     --seed 3 --no-progress --comm-timeout 30 --store-timeout 30)
+     --seed 3 --no-progress --comm-timeout 120 --store-timeout 120)
 fail() { echo "FAIL: $*"; for f in "$work"/*.err; do echo "--- $f"; tail -n 5 "$f"; done; exit 1; }
 losses() { grep -v '"summary"' "$1" | sed -n 's/.*"loss": *\([-0-9.e+]*\).*/\1/p'; }
 

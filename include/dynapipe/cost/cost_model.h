@@ -42,6 +42,9 @@ struct CostModelOptions {
   // Tensor-parallel degree: a stage spans tp devices (Megatron-style, no sequence
   // parallelism); every cost is per device. >= 1; must divide the model's heads.
   int tp = 1;
+  // An explicit layer split (num_stages entries, a contiguous split as assign_layers()
+  // makes); empty: assign_layers_uniform(num_stages).
+  std::vector<StageLayers> layers = {};
   // Throws InvalidArgument naming the field.
   void validate() const;
   friend bool operator==(const CostModelOptions&, const CostModelOptions&) = default;
@@ -87,6 +90,9 @@ std::unique_ptr<CostModel> make_cost_model(const std::string& spec, const ModelS
 // Throws InvalidArgument ("--tp must divide ...") unless tp >= 1 divides the model's heads
 // and ffn width (Megatron splits both tp ways).
 void check_tensor_parallel(const ModelSpec& model, int tp);
+// The layer split `options` describe for `model`: options.layers, checked to be a contiguous
+// split over options.num_stages stages, or the uniform one. Throws InvalidArgument.
+std::vector<StageLayers> resolve_stage_layers(const ModelSpec& model, const CostModelOptions& options);
 
 // Bytes of training state for `parameters` parameters: mixed precision (element size 2)
 // holds 2-byte params and grads + 12 bytes of fp32 master copy and Adam m, v; fp32

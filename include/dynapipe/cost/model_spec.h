@@ -81,6 +81,12 @@ struct StageLayers {
 // With an uneven split the first (total % num_stages) stages get one layer more.
 std::vector<StageLayers> assign_layers_uniform(const ModelSpec& spec, int num_stages);
 
+// The contiguous split with layers_per_stage[i] layers on stage i (each >= 1, summing to the
+// layer count; T5: encoder then decoder), embedding on the first stage and head on the last.
+// Throws InvalidArgument naming the counts otherwise.
+std::vector<StageLayers> assign_layers(const ModelSpec& spec, const std::vector<int>& layers_per_stage);
+std::vector<int> layers_per_stage(const std::vector<StageLayers>& stages);
+
 // Parameters a stage holds: its layers, plus a token table wherever an embedding or the
 // head lives (a stage holding several of them shares one copy; different stages each
 // hold their own copy, whose gradients the runtime keeps in sync), plus the position

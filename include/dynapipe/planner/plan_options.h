@@ -41,6 +41,9 @@ struct PlanOptions {
   std::int64_t seqlen_multiple = 8;
   std::int64_t micro_batch_size = 0;  // rows per micro-batch where the strategy fixes it; 0: its choice
   std::string recompute = "auto";     // one mode for every micro-batch; auto: the planner picks
+  // Layers over the pp stages: uniform, balanced or joint (planner/layer_partition.h);
+  // to_plan_config() resolves it into PlanConfig::stage_layers (joint reads the samples).
+  std::string partition = "balanced";
 };
 
 // One option. Integers and doubles are checked against [min, max] (inclusive; NaN is
@@ -67,7 +70,7 @@ const std::vector<PlanOptionSpec>& plan_option_table();
 void validate_plan_options(const PlanOptions& options);
 
 // Validates, then builds the PlanConfig (model resolved from its preset or JSON file,
-// max_target_len 0 resolved to max_seqlen). Throws what validate_plan_options() and
+// max_target_len 0 resolved to max_seqlen, the layer split chosen by `partition`). Throws what validate_plan_options() and
 // load_model_spec() throw.
 PlanConfig to_plan_config(const PlanOptions& options);
 

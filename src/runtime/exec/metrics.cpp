@@ -159,9 +159,10 @@ TrainSummary summary_from_json(const std::string& text) {
 std::string checkpoint_meta_to_json(const CheckpointMeta& meta) {
   json rows = json::array();
   for (const auto& r : meta.rows) rows.push_back(to_json(r));
-  return json{{"next_step", meta.next_step}, {"world_size", meta.world_size}, {"pp", meta.pp},
-              {"dp", meta.dp}, {"metrics", rows}}
-      .dump();
+  json j{{"next_step", meta.next_step}, {"world_size", meta.world_size}, {"pp", meta.pp},
+         {"dp", meta.dp}, {"metrics", rows}};
+  if (!meta.layers_per_stage.empty()) j["layers_per_stage"] = meta.layers_per_stage;
+  return j.dump();
 }
 
 CheckpointMeta checkpoint_meta_from_json(const std::string& text, const std::string& where) {
@@ -172,6 +173,7 @@ CheckpointMeta checkpoint_meta_from_json(const std::string& text, const std::str
     meta.world_size = j.at("world_size").get<int>();
     meta.pp = j.at("pp").get<int>();
     meta.dp = j.at("dp").get<int>();
+    if (j.contains("layers_per_stage")) meta.layers_per_stage = j.at("layers_per_stage").get<std::vector<int>>();
     for (const auto& row : j.at("metrics")) meta.rows.push_back(from_json_line(row.dump()));
     return meta;
   } catch (const Error& e) {

@@ -45,6 +45,7 @@ TrainSummary summary_from_json(const std::string& text);  // throws ParseError
 struct CheckpointMeta {
   std::int64_t next_step = 0;
   int world_size = 1, pp = 1, dp = 1;
+  std::vector<int> layers_per_stage;  // --partition's split; empty: uniform (and older checkpoints)
   std::vector<StepMetrics> rows;
 };
 std::string checkpoint_meta_to_json(const CheckpointMeta& meta);

@@ -62,7 +62,8 @@ std::int64_t current_rss_bytes() { return status_bytes("VmRSS:");
 
 // Layout under --checkpoint-dir:
 //   step-<N>/rank-<r>.pt   parameters, AdamW state and CPU RNG state of rank r
-//   step-<N>/meta.json     {"next_step": N, "world_size", "pp", "dp", "metrics": [rows]}
+//   step-<N>/meta.json     {"next_step": N, "world_size", "pp", "dp", "metrics": [rows]
+//                           [, "layers_per_stage": [...] when --partition chose a non-uniform split]}
 //   latest                 "step-<N>", replaced atomically once every rank has saved
 void write_file_atomically(const fs::path& path, const std::string& text) {
   auto tmp = path;
@@ -141,6 +142,15 @@ std::optional<CheckpointMeta> load_checkpoint(const TrainOptions& o, const RankC
       throw Error(ErrorKind::InvalidArgument,
                   cat("--resume: ", where, " was written with ", key, " ", saved, ", this run has ", now));
   }
+  // Stage models hold the --partition split: another split would load weights into the
+  // wrong layers even where the shapes agree.
+  const std::vector<int> split = layers_per_stage(o.plan.stage_layers);
+  if (meta.layers_per_stage != split) {
+    auto describe = [](const std::vector<int>& counts) { return counts.empty() ? std::string("uniform") : join(counts, ","); };
+    throw Error(ErrorKind::InvalidArgument, cat("--resume: ", where, " was written with layers per stage ",
+                                                describe(meta.layers_per_stage), ", this run has ", describe(split),
+                                                " (--partition)"));
+  }
   load_rank_state(step_dir / cat("rank-", c.rank, ".pt"), executor);
   return meta;
 }
@@ -157,6 +167,7 @@ void save_checkpoint(const TrainOptions& o, const RankContext& c, Executor& exec
     saved.world_size = c.ranks.world_size();
     saved.pp = c.ranks.pp;
     saved.dp = c.ranks.dp;
+    saved.layers_per_stage = layers_per_stage(o.plan.stage_layers);
     write_file_atomically(dir / name / "meta.json", checkpoint_meta_to_json(saved));
     write_file_atomically(dir / "latest", name + "\n");
   }

@@ -1,0 +1,47 @@
+// Which layers each pipeline stage holds (`--partition uniform|balanced|joint`).
+//
+//   uniform   as many layers per stage as possible alike (assign_layers_uniform);
+//   balanced  the split minimising the slowest stage under the cost model, for a micro-batch
+//             of one --max-seqlen row (embedding and head weigh what they cost); uniform
+//             instead when only the uniform split keeps every stage's weights, gradients and
+//             optimizer states under the memory limit;
+//   joint     the split minimising the estimated iteration time of the first global
+//             batches as the planner plans them under that split (dynamic micro-batching and
+//             schedule included): a local search moving one stage boundary by one layer at a
+//             time, from the better of uniform and balanced.
+//
+// The result goes to PlanConfig::stage_layers, which the cost model, the stage models and
+// the plan file read; a split equal to the uniform one is returned empty, so plans of
+// uniform splits stay what they were.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dynapipe/core/sample.h"
+#include "dynapipe/cost/model_spec.h"
+#include "dynapipe/plan/execution_plan.h"
+
+namespace dynapipe {
+
+enum class LayerPartition { Uniform, Balanced, Joint };
+
+std::optional<LayerPartition> parse_layer_partition(std::string_view name);
+std::string_view layer_partition_name(LayerPartition partition);
+std::vector<std::string> layer_partition_names();
+
+struct LayerPartitionOptions {
+  int joint_batches = 4;  // joint: global batches (from the first) each candidate is planned on
+  int joint_max_rounds = 64;  // joint: local-search rounds at most
+};
+
+// The stage layers for `config` (its stage_layers ignored); empty means uniform. `batches`
+// is read by joint only. Throws what the planner throws for the config (InvalidArgument,
+// Infeasible when no candidate split fits memory).
+std::vector<StageLayers> choose_stage_layers(const PlanConfig& config, LayerPartition partition,
+                                             const std::vector<GlobalBatch>& batches,
+                                             const LayerPartitionOptions& options = {});
+
+}  // namespace dynapipe

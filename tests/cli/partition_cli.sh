@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `dynapipe partition` end to end: --summary-json is one JSON line with PipeDream's optimum;
+# --model exports a transformer's layers (the straight pipeline on a fast link is the
+# balanced split, 9,10,13,16 for T5-11B at 1024/256 tokens, as tests/cost checks); the
+# exported graph.txt reads back to the same stages.
+#   partition_cli.sh DYNAPIPE SOURCE_DIR
+set -euo pipefail
+dynapipe=$1
+root=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$dynapipe" partition --graph-txt "$root/assets/pipedream-profiles/vgg16.graph.txt" --workers 4 --bandwidth 1e9 \
+  --summary-json >"$work/summary"
+[ "$(wc -l <"$work/summary")" = 1 ] || fail "--summary-json printed more than one line"
+grep -q '^{"time_per_stage":0\.20552089[0-9]*,"stages":\[{"replicas":3,"states":\[0,17\],' "$work/summary" ||
+  fail "vgg16 4 workers: $(cat "$work/summary")"
+
+"$dynapipe" partition --model t5-11b --seqlen 1024 --dec-seqlen 256 --workers 4 --bandwidth 1e15 --straight \
+  --summary-json --write-graph-txt "$work/t5.graph.txt" >"$work/t5"
+states=$(grep -o '"states":\[[0-9]*,[0-9]*\]' "$work/t5" | tr -d '"states:[]' | tr '\n' ' ')
+[ "$states" = "0,9 9,19 19,32 32,48 " ] || fail "t5-11b straight stages: $states"
+[ "$(grep -c -- '-- stage_id=' "$work/t5.graph.txt")" = 49 ] || fail "exported graph lacks stage ids"
+"$dynapipe" partition --graph-txt "$work/t5.graph.txt" --workers 4 --bandwidth 1e15 --straight --summary-json >"$work/again"
+again=$(grep -o '"states":\[[0-9]*,[0-9]*\]' "$work/again" | tr -d '"states:[]' | tr '\n' ' ')
+[ "$again" = "$states" ] || fail "re-read graph.txt stages: $again"
+echo "partition cli ok"

@@ -1,0 +1,113 @@
+// Balanced layer splits: hand-checked min-max splits, brute force, the unit costs of the
+// analytic model, and explicit splits flowing into the cost model.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/cost/cost_model.h"
+#include "dynapipe/cost/layer_balance.h"
+#include "dynapipe/cost/model_spec.h"
+
+namespace dynapipe {
+namespace {
+
+double max_stage(const std::vector<double>& units, const std::vector<int>& counts) {
+  double worst = 0;
+  int begin = 0;
+  for (int c : counts) {
+    worst = std::max(worst, std::accumulate(units.begin() + begin, units.begin() + begin + c, 0.0));
+    begin += c;
+  }
+  return worst;
+}
+
+TEST(LayerBalance, HeavyEndsGetFewerLayers) {
+  EXPECT_EQ(balance_layer_counts({5, 1, 1, 1, 1, 5}, 3), (std::vector<int>{1, 4, 1}));
+  EXPECT_EQ(balance_layer_counts({1, 1, 1, 1, 1, 1, 4}, 2), (std::vector<int>{5, 2}));
+  EXPECT_EQ(balance_layer_counts({3, 3, 3}, 1), (std::vector<int>{3}));
+  EXPECT_EQ(balance_layer_counts({3, 1, 2}, 3), (std::vector<int>{1, 1, 1}));
+  EXPECT_THROW(balance_layer_counts({1, 1}, 3), Error);
+  EXPECT_THROW(balance_layer_counts({1, 1}, 0), Error);
+}
+
+TEST(LayerBalance, EqualsBruteForceBottleneck) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> cost(0.1, 10.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + trial % 9;
+    const int stages = 1 + static_cast<int>(rng() % n);
+    std::vector<double> units(n);
+    for (double& u : units) u = cost(rng);
+    double best = 1e300;
+    std::vector<int> counts;
+    std::function<void(int)> search = [&](int left) {
+      if (static_cast<int>(counts.size()) == stages) {
+        if (left == 0) best = std::min(best, max_stage(units, counts));
+        return;
+      }
+      for (int c = 1; c <= left; ++c) {
+        counts.push_back(c);
+        search(left - c);
+        counts.pop_back();
+      }
+    };
+    search(n);
+    const std::vector<int> got = balance_layer_counts(units, stages);
+    ASSERT_EQ(static_cast<int>(got.size()), stages);
+    EXPECT_EQ(std::accumulate(got.begin(), got.end(), 0), n);
+    EXPECT_NEAR(max_stage(units, got), best, best * 1e-9);
+  }
+}
+
+TEST(LayerBalance, UnitCostsCarryEmbeddingAndHead) {
+  const ModelSpec spec = load_model_spec("gpt-6.7b");
+  const std::vector<double> units =
+      layer_unit_ms("analytic:a100-40g", spec, {}, {{.batch = 1, .seqlen = 2048, .dec_seqlen = 0}}, {1.0});
+  ASSERT_EQ(static_cast<int>(units.size()), spec.total_layers());
+  EXPECT_GT(units.front(), units[1]);
+  EXPECT_GT(units.back(), units[1]);
+  for (std::size_t l = 2; l + 1 < units.size(); ++l) EXPECT_DOUBLE_EQ(units[l], units[1]);
+  // A GPT-6.7B head costs less than a layer: 8 layers per stage stays the best split.
+  EXPECT_EQ(balance_layer_counts(units, 4), (std::vector<int>{8, 8, 8, 8}));
+}
+
+TEST(LayerBalance, T5WithShortTargetsMovesLayersToTheDecoderSide) {
+  // Encoder layers at 1024 tokens cost more than decoder layers at 256: a uniform split's
+  // all-encoder stages are the bottleneck; the balanced split gives them fewer layers.
+  const ModelSpec spec = load_model_spec("t5-11b");
+  const std::vector<double> units =
+      layer_unit_ms("analytic:a100-40g", spec, {}, {{.batch = 1, .seqlen = 1024, .dec_seqlen = 256}}, {1.0});
+  const std::vector<int> uniform = layers_per_stage(assign_layers_uniform(spec, 4));
+  const std::vector<int> balanced = balance_layer_counts(units, 4);
+  EXPECT_EQ(uniform, (std::vector<int>{12, 12, 12, 12}));
+  EXPECT_LT(balanced.front(), 12);
+  EXPECT_LT(max_stage(units, balanced), 0.9 * max_stage(units, uniform));
+}
+
+TEST(LayerBalance, ExplicitSplitReachesTheCostModel) {
+  const ModelSpec spec = load_model_spec("t5-small");
+  const std::vector<StageLayers> layers = assign_layers(spec, {spec.total_layers() - 3, 2, 1});
+  EXPECT_TRUE(layers[0].has_embedding);
+  EXPECT_TRUE(layers[2].has_head);
+  EXPECT_EQ(layers_per_stage(layers), (std::vector<int>{spec.total_layers() - 3, 2, 1}));
+  CostModelOptions options;
+  options.num_stages = 3;
+  options.layers = layers;
+  const auto model = make_cost_model("analytic:a100-40g", spec, options);
+  EXPECT_EQ(model->stages(), layers);
+  EXPECT_GT(model->static_bytes(0), model->static_bytes(1));
+  options.layers.pop_back();
+  EXPECT_THROW(make_cost_model("analytic:a100-40g", spec, options), Error);
+  options.layers = layers;
+  std::swap(options.layers[0], options.layers[2]);
+  EXPECT_THROW(make_cost_model("analytic:a100-40g", spec, options), Error);
+  EXPECT_THROW(assign_layers(spec, {spec.total_layers(), 0}), Error);
+  EXPECT_THROW(assign_layers(spec, {1, 1}), Error);
+}
+
+}  // namespace
+}  // namespace dynapipe

@@ -1,0 +1,136 @@
+// --partition: uniform, balanced and joint layer splits, and the planner and cost model
+// following the chosen split.
+#include "dynapipe/planner/layer_partition.h"
+
+#include <gtest/gtest.h>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/cost/layer_balance.h"
+#include "dynapipe/data/dataset.h"
+#include "dynapipe/data/global_batch.h"
+#include "dynapipe/planner/planner.h"
+
+namespace dynapipe {
+namespace {
+
+PlanConfig t5_config(int pp) {
+  PlanConfig config;
+  config.model = load_model_spec("t5-small");
+  config.samples_path = DYNAPIPE_SOURCE_DIR "/assets/flan_like_mix.jsonl.gz";
+  config.cost_model = "analytic:a100-40g";
+  config.pp = pp;
+  config.max_seqlen = 1024;
+  config.max_target_len = 128;
+  config.global_batch_tokens = 16384;
+  config.memory_limit_gib = 40;
+  return config;
+}
+
+std::vector<GlobalBatch> first_batches(const PlanConfig& config, int count) {
+  static const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
+  return form_global_batches(data, config.global_batch_tokens, count);
+}
+
+double planned_ms(PlanConfig config, const std::vector<StageLayers>& layers, const std::vector<GlobalBatch>& batches) {
+  config.stage_layers = layers;
+  PlannerOptions options;
+  options.fixed_layout = true;
+  options.verify = false;
+  const Planner planner(config, options);
+  double total = 0;
+  for (const GlobalBatch& batch : batches) total += planner.plan_iteration(batch).est_iteration_ms;
+  return total;
+}
+
+TEST(LayerPartitionTest, NamesRoundTrip) {
+  for (const std::string& name : layer_partition_names()) {
+    EXPECT_EQ(layer_partition_name(*parse_layer_partition(name)), name);
+  }
+  EXPECT_FALSE(parse_layer_partition("even").has_value());
+}
+
+TEST(LayerPartitionTest, UniformAndSingleStageAreEmpty) {
+  EXPECT_TRUE(choose_stage_layers(t5_config(4), LayerPartition::Uniform, {}).empty());
+  EXPECT_TRUE(choose_stage_layers(t5_config(1), LayerPartition::Balanced, {}).empty());
+  // GPT-6.7B's head costs less than a layer: balanced comes out uniform, written as empty.
+  PlanConfig gpt = t5_config(4);
+  gpt.model = load_model_spec("gpt-6.7b");
+  EXPECT_TRUE(choose_stage_layers(gpt, LayerPartition::Balanced, {}).empty());
+}
+
+TEST(LayerPartitionTest, BalancedFollowsTheCostModelAndThePlannerUsesIt) {
+  // t5-small: encoder layers at 1024 tokens and decoder layers at 128 cost differently.
+  PlanConfig config = t5_config(2);
+  const std::vector<StageLayers> layers = choose_stage_layers(config, LayerPartition::Balanced, {});
+  ASSERT_EQ(layers.size(), 2u);
+  CostModelOptions options;
+  const std::vector<double> units = layer_unit_ms(config.cost_model, config.model, options,
+                                                  {{.batch = 1, .seqlen = 1024, .dec_seqlen = 128}}, {1.0});
+  EXPECT_EQ(layers_per_stage(layers), balance_layer_counts(units, 2));
+  EXPECT_NE(layers_per_stage(layers), (std::vector<int>{4, 4}));
+  config.stage_layers = layers;
+  const Planner planner(config);
+  EXPECT_EQ(planner.cost_model().stages(), layers);
+  EXPECT_EQ(planner.config().stage_layers, layers);
+  config.schedule = ScheduleKind::Interleaved;
+  EXPECT_THROW({ Planner p(config); }, Error);
+}
+
+TEST(LayerPartitionTest, BalancedKeepsUniformWhenOnlyUniformHoldsTheWeights) {
+  // Find a config whose balanced split needs more static memory than the uniform one (which
+  // one depends on the cost model's figures), then put the limit between the two.
+  auto max_static = [](const PlanConfig& config, const std::vector<StageLayers>& layers) {
+    CostModelOptions options;
+    options.num_stages = config.pp;
+    options.layers = layers;
+    const auto cost = make_cost_model(config.cost_model, config.model, options);
+    std::int64_t worst = 0;
+    for (int s = 0; s < config.pp; ++s) worst = std::max(worst, cost->static_bytes(s));
+    return worst;
+  };
+  bool tested = false;
+  for (int pp : {2, 3, 4}) {
+    for (std::int64_t target : {128, 1024}) {
+      PlanConfig config = t5_config(pp);
+      config.max_target_len = target;
+      const std::vector<StageLayers> balanced = choose_stage_layers(config, LayerPartition::Balanced, {});
+      if (balanced.empty() || tested) continue;
+      const std::int64_t uniform_bytes = max_static(config, assign_layers_uniform(config.model, pp));
+      const std::int64_t balanced_bytes = max_static(config, balanced);
+      if (balanced_bytes <= uniform_bytes) continue;
+      config.memory_limit_gib = static_cast<double>(uniform_bytes + balanced_bytes) / 2 / (1 << 30);
+      EXPECT_TRUE(choose_stage_layers(config, LayerPartition::Balanced, {}).empty()) << pp << " " << target;
+      config.memory_limit_gib = static_cast<double>(balanced_bytes) * 2 / (1 << 30);
+      EXPECT_EQ(choose_stage_layers(config, LayerPartition::Balanced, {}), balanced);
+      tested = true;
+    }
+  }
+  EXPECT_TRUE(tested) << "no t5-small config whose balanced split holds more weights than the uniform one";
+}
+
+TEST(LayerPartitionTest, JointIsNoWorseThanUniformOrBalancedOnItsBatches) {
+  PlanConfig config = t5_config(4);
+  const std::vector<GlobalBatch> batches = first_batches(config, 2);
+  LayerPartitionOptions options;
+  options.joint_batches = 2;
+  const std::vector<StageLayers> joint = choose_stage_layers(config, LayerPartition::Joint, batches, options);
+  const std::vector<StageLayers> balanced = choose_stage_layers(config, LayerPartition::Balanced, {});
+  const double joint_ms = planned_ms(config, joint, batches);
+  EXPECT_LE(joint_ms, planned_ms(config, {}, batches));
+  EXPECT_LE(joint_ms, planned_ms(config, balanced, batches));
+  // A local optimum: moving any one boundary by one layer plans no faster.
+  const std::vector<int> counts = layers_per_stage(joint.empty() ? assign_layers_uniform(config.model, 4) : joint);
+  for (int b = 0; b + 1 < 4; ++b) {
+    for (int d : {-1, 1}) {
+      std::vector<int> moved = counts;
+      moved[b] += d;
+      moved[b + 1] -= d;
+      if (moved[b] < 1 || moved[b + 1] < 1) continue;
+      EXPECT_GE(planned_ms(config, assign_layers(config.model, moved), batches), joint_ms * (1 - 1e-9));
+    }
+  }
+  EXPECT_THROW(choose_stage_layers(config, LayerPartition::Joint, {}), Error);
+}
+
+}  // namespace
+}  // namespace dynapipe
