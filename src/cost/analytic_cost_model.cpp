@@ -72,17 +72,24 @@ LayerCost encoder_layer_cost(const LayerCoefficients& c, double b, double s, dou
   // Korthikanti et al. with element size e (their formula is e = 2, k = h, f = 4h):
   // LN inputs 2e nh, QKV input e nh, Q K V 3e nk, proj input e nk, fc1 input e nh,
   // GELU input and output 2e nf, dropout masks 2 nh, softmax output + mask + dropout
-  // output (2e + 1) per score.
-  const double stored_none = n * h * (4 * e + 2) + 4 * e * n * k + 2 * e * n * f + (2 * e + 1) * scores;
-  const double working = std::max(2 * e * scores, 2 * e * n * f) + 4 * e * n * h;
+  // output (2e + 1) per score. The LibTorch runtime keeps no dropout mask and only the
+  // softmax output per score (e), plus LayerNorm's mean and rstd (2 x 2 x 4 n). Its
+  // backward holds two score-sized gradients at once, by which time the layer's MLP has
+  // released what it kept (GELU input and output, LN and fc1 inputs).
+  const bool lt = c.libtorch_memory;
+  const double per_score = lt ? e : 2 * e + 1;
+  const double stored_none = n * h * (4 * e + (lt ? 0 : 2)) + 4 * e * n * k + 2 * e * n * f + per_score * scores +
+                             (lt ? 16 * n : 0);
+  const double working = lt ? std::max(2 * e * scores - 2 * e * n * (f + h), 2 * e * n * f)
+                            : std::max(2 * e * scores, 2 * e * n * f) + 4 * e * n * h;
   switch (recompute) {
     case Recompute::None:
       cost.stored_bytes = stored_none;
       cost.peak_bytes = working;
       break;
     case Recompute::Selective:
-      cost.stored_bytes = stored_none - (2 * e + 1) * scores;
-      cost.peak_bytes = working + (2 * e + 1) * scores;
+      cost.stored_bytes = stored_none - per_score * scores;
+      cost.peak_bytes = working + per_score * scores;
       cost.bwd_input_ms += attention_ms + attention_core_bytes * c.ms_per_byte + kAttentionCoreOps * c.op_ms;
       break;
     case Recompute::Full:
@@ -122,18 +129,26 @@ LayerCost decoder_layer_cost(const LayerCoefficients& c, double b, double se, do
 
   // As the encoder layer, plus the cross-attention block: its LN input and output, Q,
   // K and V (K, V over encoder tokens), proj input, dropout mask, scores.
-  const double stored_none = nd * h * (6 * e + 3) + 6 * e * nd * k + 2 * e * ne * k + 2 * e * nd * f +
-                             (2 * e + 1) * scores;
+  // LibTorch runtime: as for the encoder layer (no dropout masks, e per score, three
+  // LayerNorms' statistics); the cross-attention backward also holds dK, dV over the
+  // encoder tokens.
+  const bool lt = c.libtorch_memory;
+  const double per_score = lt ? e : 2 * e + 1;
+  const double stored_none = nd * h * (6 * e + (lt ? 0 : 3)) + 6 * e * nd * k + 2 * e * ne * k + 2 * e * nd * f +
+                             per_score * scores + (lt ? 24 * nd : 0);
+  const double mlp_released = 2 * e * nd * (f + h);
   const double working =
-      std::max({2 * e * self_scores, 2 * e * cross_scores, 2 * e * nd * f}) + 4 * e * nd * h + 2 * e * ne * h;
+      lt ? std::max({2 * e * self_scores - mlp_released, 2 * e * cross_scores + 2 * e * ne * k - mlp_released,
+                     2 * e * nd * f})
+         : std::max({2 * e * self_scores, 2 * e * cross_scores, 2 * e * nd * f}) + 4 * e * nd * h + 2 * e * ne * h;
   switch (recompute) {
     case Recompute::None:
       cost.stored_bytes = stored_none;
       cost.peak_bytes = working;
       break;
     case Recompute::Selective:
-      cost.stored_bytes = stored_none - (2 * e + 1) * scores;
-      cost.peak_bytes = working + (2 * e + 1) * scores;
+      cost.stored_bytes = stored_none - per_score * scores;
+      cost.peak_bytes = working + per_score * scores;
       cost.bwd_input_ms += attention_ms + (4 * e + 1) * scores * c.ms_per_byte + 2 * kAttentionCoreOps * c.op_ms;
       break;
     case Recompute::Full:
@@ -207,6 +222,9 @@ class AnalyticCostModel final : public CostModel {
     c_.ms_per_byte = 1.0 / (device.memory_bandwidth_gbs * 1e6);
     c_.backward_speedup = device.backward_speedup;
     c_.op_ms = device.op_overhead_ms;
+    // The cpu preset is the device this project's LibTorch runtime trains on: its memory
+    // terms are what that runtime keeps (docs/cost-model.md), not Megatron's.
+    c_.libtorch_memory = device.name == "cpu";
     const ModelSpec shard = tensor_parallel_shard(model, options.tp);
     for (const StageLayers& s : stages_) {
       static_bytes_.push_back(

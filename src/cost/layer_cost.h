@@ -18,6 +18,7 @@ struct LayerCoefficients {
   double ms_per_byte = 0;         // 1 / memory bandwidth
   double backward_speedup = 1;
   double op_ms = 0;               // per-op overhead
+  bool libtorch_memory = false;   // memory terms of the LibTorch runtime (the cpu preset)
 };
 
 // One layer's (or embedding's, or head's) cost. Memory in bytes, as double until the

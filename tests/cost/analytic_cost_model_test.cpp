@@ -169,6 +169,23 @@ TEST(AnalyticCostModelTest, OutputBytesCarryTheEncoderOutputThroughTheDecoder) {
   EXPECT_EQ(gpt->stage_cost(0, {.batch = 3, .seqlen = 64}, {}, Recompute::None).output_bytes, 4 * 3 * 64 * 128);
 }
 
+// analytic:cpu models what the LibTorch runtime's autograd graph keeps (fp32, no dropout
+// masks, the softmax output per score, LayerNorm statistics), checked against measurements
+// by bench/stage_memory_torch_bench.
+TEST(AnalyticCostModelTest, CpuMemoryIsWhatTheLibTorchRuntimeKeeps) {
+  auto gpt = analytic("gpt-tiny", 2, "cpu");  // stage 0: embedding + layers 0, 1
+  const std::int64_t n = 2 * 64, h = 128, f = 512, scores = 2 * 4 * 64 * 64;
+  // Per layer: LN, QKV, LN, fc1 inputs (4 x 4nh); Q, K, V and proj input (4 x 4nk);
+  // GELU input and output (2 x 4nf); probabilities (4 per score); LN mean, rstd (16n).
+  const std::int64_t layer = 16 * n * h + 16 * n * h + 8 * n * f + 4 * scores + 16 * n;
+  const StageCost c = gpt->stage_cost(0, {.batch = 2, .seqlen = 64}, {}, Recompute::None);
+  EXPECT_EQ(c.stored_bytes, 2 * layer + n * h);  // + the embedding's
+  // Backward of attention: two score-sized gradients, less the MLP's released tensors.
+  EXPECT_EQ(c.peak_bytes, std::max(2 * 4 * scores - 2 * 4 * n * (f + h), 2 * 4 * n * f));
+  EXPECT_EQ(gpt->stage_cost(0, {.batch = 2, .seqlen = 64}, {}, Recompute::Selective).stored_bytes,
+            2 * (layer - 4 * scores) + n * h);
+}
+
 TEST(AnalyticCostModelTest, LastStageHoldsTheLogitsForTheLoss) {
   auto m = analytic("gpt-6.7b", 2);
   const MicroBatchShape shape{.batch = 1, .seqlen = 2048};

@@ -448,6 +448,8 @@ std::vector<Split> splits_of(const std::vector<Sample>& samples, ModelKind kind)
       {"micro-batches of 1", many_padded(samples, kind, 1), AttentionMode::Padded},
       {"packed rows", packed(samples, kind, 40, 2), AttentionMode::Packed},
       {"packed rows, varlen", packed(samples, kind, 40, 2), AttentionMode::Varlen},
+      // What varlen dynapipe plans: every sample of the batch in one long row.
+      {"one long row, varlen", packed(samples, kind, 1 << 20, 1), AttentionMode::Varlen},
   };
 }
 

@@ -287,6 +287,7 @@ AttentionLayout make_self_layout(const at::Tensor& segments, bool causal, Attent
     for (std::int64_t r = 0; r < layout.rows; ++r) {
       for (const Run& run : runs[r]) layout.spans.push_back({r, run.start, run.len, run.start, run.len});
     }
+    layout.varlen = plan_varlen(layout.spans, causal, layout.rows, layout.q_len, layout.k_len);
     return layout;
   }
   at::Tensor q = segments.unsqueeze(2), k = segments.unsqueeze(1);
@@ -319,6 +320,7 @@ AttentionLayout make_cross_layout(const at::Tensor& dec_segments, const at::Tens
         layout.spans.push_back({r, d.start, d.len, it->second->start, it->second->len});
       }
     }
+    layout.varlen = plan_varlen(layout.spans, /*causal=*/false, layout.rows, layout.q_len, layout.k_len);
     return layout;
   }
   at::Tensor q = dec_segments.unsqueeze(2), k = enc_segments.unsqueeze(1);
@@ -337,31 +339,7 @@ at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Te
     at::Tensor probs = at::softmax(scores, -1);
     return at::matmul(probs, v).mul_(layout.keep);
   }
-  const std::int64_t heads = q.size(1), dim = q.size(3);
-  auto zeros = [&](std::int64_t n) { return at::zeros({heads, n, dim}, q.options()); };
-  std::vector<at::Tensor> rows;
-  rows.reserve(layout.rows);
-  std::size_t next = 0;
-  for (std::int64_t r = 0; r < layout.rows; ++r) {
-    std::vector<at::Tensor> pieces;
-    std::int64_t cursor = 0;
-    for (; next < layout.spans.size() && layout.spans[next].row == r; ++next) {
-      const Span& sp = layout.spans[next];
-      if (sp.q_start > cursor) pieces.push_back(zeros(sp.q_start - cursor));
-      at::Tensor qs = q[r].narrow(1, sp.q_start, sp.q_len);
-      at::Tensor ks = k[r].narrow(1, sp.k_start, sp.k_len);
-      at::Tensor vs = v[r].narrow(1, sp.k_start, sp.k_len);
-      at::Tensor scores = at::matmul(qs, ks.transpose(-2, -1)).mul_(scale);
-      if (layout.causal) {
-        scores.masked_fill_(at::ones({sp.q_len, sp.k_len}, at::kBool).triu(1), kMaskedScore);
-      }
-      pieces.push_back(at::matmul(at::softmax(scores, -1), vs));
-      cursor = sp.q_start + sp.q_len;
-    }
-    if (cursor < layout.q_len) pieces.push_back(zeros(layout.q_len - cursor));
-    rows.push_back(pieces.size() == 1 ? pieces[0] : at::cat(pieces, 1));
-  }
-  return at::stack(rows, 0);
+  return varlen_attention(q, k, v, layout.varlen);
 }
 
 // ---------------------------------------------------------------- attention, block

@@ -14,13 +14,10 @@
 
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/cost/model_spec.h"
+#include "runtime/model/varlen_attention.h"
 #include "runtime/stage_model.h"
 
 namespace dynapipe::runtime::model {
-
-// Fill value for masked attention scores. Finite on purpose: a query with no key at all
-// (padding) then gets a uniform softmax instead of NaN, and its output is zeroed anyway.
-inline constexpr double kMaskedScore = -1e9;
 
 // Seeds a parameter group's generator from (model seed, what it is, which layer), so a
 // layer's initial weights do not depend on which stage holds it.
@@ -56,16 +53,15 @@ std::vector<at::Tensor> checkpoint(CheckpointBody body, const std::vector<at::Te
 
 // Which tokens may attend to which, for one attention (self or cross) of a micro-batch.
 // Dense modes: `mask` [b, 1, sq, sk] bool and `keep` [b, 1, sq, 1] float (0 for a query
-// without any key). Varlen: matched spans of one sample each.
-struct Span {
-  std::int64_t row = 0, q_start = 0, q_len = 0, k_start = 0, k_len = 0;
-};
+// without any key). Varlen: matched spans of one sample each, and their batched plan
+// (varlen_attention.h), built once and shared by every layer.
 struct AttentionLayout {
   AttentionMode mode = AttentionMode::Padded;
   bool causal = false;
   std::int64_t rows = 0, q_len = 0, k_len = 0;
   at::Tensor mask, keep;    // dense modes
   std::vector<Span> spans;  // varlen; sorted by (row, q_start)
+  VarlenPlan varlen;        // varlen
 };
 // Self-attention over one sequence: a token attends to tokens of its own segment
 // (segment 0 = padding attends to nothing), causally when `causal`.
