@@ -93,6 +93,7 @@ def test_step_loss_tokens_and_dp_microbatches():
         assert step.loss_tokens == sum(totals[i] - 1 for i in samples)
         # the micro-batches are the planner's DP choice for this batch
         plan = dynapipe.Planner(pp=1, dp=1, global_batch_tokens=4096, seed=3, cost_model="analytic:cpu",
+                                strategy="dynapipe-padded",
                                 max_seqlen=max(totals)).plan(
             [totals[i] for i in s.global_batches()[step.index]], ids=s.global_batches()[step.index])
         assert [list(mb.sample_ids) for mb in plan.microbatches] == list(map(list, step))
