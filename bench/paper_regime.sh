@@ -23,11 +23,15 @@ trap 'rm -rf "$TMP"' EXIT
 
 "$DYNAPIPE" data synth --mix flan-zsopt --samples "$SAMPLES" --seed 0 --out "$TMP/zsopt.jsonl.gz" >/dev/null 2>&1
 
-ratio() {  # best dynapipe ÷ best packing-megatron of a --summary-json file
+ratio() {  # best dynapipe-padded (the paper's method) and dynapipe (varlen) ÷ best packing-megatron
   /usr/bin/python3 -c 'import json, sys
 s = json.load(open(sys.argv[1]))["strategies"]
 m = s.get("packing-megatron")
-print("%.2fx" % (s["dynapipe"]["est_tokens_per_s"] / m["est_tokens_per_s"]) if m else "baseline infeasible")' "$1"
+if not m:
+    print("baseline infeasible")
+else:
+    print(", ".join("%s %.2fx" % (k, s[k]["est_tokens_per_s"] / m["est_tokens_per_s"])
+                    for k in ("dynapipe-padded", "dynapipe") if k in s))' "$1"
 }
 
 for model in $MODELS; do
@@ -40,8 +44,8 @@ for model in $MODELS; do
     "$DYNAPIPE" tune --samples "$TMP/zsopt.jsonl.gz" "${common[@]}" | tail -n +3
     end=$(date +%s.%N)
     "$DYNAPIPE" tune --samples "$TMP/zsopt.jsonl.gz" "${common[@]}" --summary-json >"$TMP/base.json"
-    printf '\ntune wall time %.2f s; dynapipe ÷ packing-megatron %s\n' "$(echo "$end - $start" | bc)" "$(ratio "$TMP/base.json")"
-    pair=(--strategies dynapipe,packing-megatron --summary-json)
+    printf '\ntune wall time %.2f s; ÷ packing-megatron: %s\n' "$(echo "$end - $start" | bc)" "$(ratio "$TMP/base.json")"
+    pair=(--strategies dynapipe-padded,dynapipe,packing-megatron --summary-json)
     "$DYNAPIPE" tune --samples "$TMP/zsopt.jsonl.gz" "${common[@]}" "${pair[@]}" --megatron-token-batches >"$TMP/a.json"
     "$DYNAPIPE" tune --samples "$TMP/zsopt.jsonl.gz" "${common[@]}" "${pair[@]}" --megatron-free-recompute >"$TMP/b.json"
     "$DYNAPIPE" tune --samples assets/flan_like_mix.jsonl.gz "${common[@]}" "${pair[@]}" >"$TMP/c.json"
