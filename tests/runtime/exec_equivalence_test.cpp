@@ -177,22 +177,27 @@ TEST(EquivalenceTest, RefiningTheCostModelKeepsTheLossesAndLearnsFactors) {
 
 // Checkpoint + --resume with the real models: the resumed run's losses are the
 // uninterrupted run's, bit for bit.
-TEST(EquivalenceTest, ResumeWithRealModelsReproducesTheUninterruptedRun) {
-  const auto dir = fs::temp_directory_path() / cat("dynapipe_resume_real_", ::getpid());
+// Trains `steps` steps uninterrupted, then again with a checkpoint at steps / 2 and a
+// resume from it: the losses must be the same, bit for bit.
+void expect_resume_reproduces(TrainOptions options, int steps, const std::string& tag) {
+  const auto dir = fs::temp_directory_path() / cat("dynapipe_resume_", tag, "_", ::getpid());
   fs::remove_all(dir);
-  auto options = train_options(plan_config(ModelKind::T5, "dynapipe", 2, 2));
-  options.steps = 6;
+  options.steps = steps;
   const auto uninterrupted = pipelined_losses(options);
   options.checkpoint_dir = dir.string();
-  options.checkpoint_every = 3;
-  options.steps = 3;
+  options.checkpoint_every = steps / 2;
+  options.steps = steps / 2;
   pipelined_losses(options);
-  options.steps = 6;
+  options.steps = steps;
   options.resume = true;
   const auto resumed = pipelined_losses(options);
-  ASSERT_EQ(resumed.size(), 6u);
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(resumed[i], uninterrupted[i]) << "step " << i;
+  ASSERT_EQ(resumed.size(), static_cast<std::size_t>(steps));
+  for (int i = 0; i < steps; ++i) EXPECT_EQ(resumed[i], uninterrupted[i]) << tag << " step " << i;
   fs::remove_all(dir);
+}
+
+TEST(EquivalenceTest, ResumeWithRealModelsReproducesTheUninterruptedRun) {
+  expect_resume_reproduces(train_options(plan_config(ModelKind::T5, "dynapipe", 2, 2)), 6, "real");
 }
 
 // Varlen micro-batches of one long row holding many samples (the shape varlen dynapipe
@@ -233,22 +238,9 @@ TEST(EquivalenceTest, ZeroOneKeepsTheLossesExactlyAndResumes) {
       EXPECT_EQ(sharded[i], plain[i]) << model_kind_name(kind) << " step " << i;
     }
   }
-  const auto dir = fs::temp_directory_path() / cat("dynapipe_resume_zero_", ::getpid());
-  fs::remove_all(dir);
-  auto options = train_options(plan_config(ModelKind::Gpt, "dynapipe", 1, 2));
-  options.plan.zero = 1;
-  options.steps = 4;
-  const auto uninterrupted = pipelined_losses(options);
-  options.checkpoint_dir = dir.string();
-  options.checkpoint_every = 2;
-  options.steps = 2;
-  pipelined_losses(options);
-  options.steps = 4;
-  options.resume = true;
-  const auto resumed = pipelined_losses(options);
-  ASSERT_EQ(resumed.size(), 4u);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(resumed[i], uninterrupted[i]) << "step " << i;
-  fs::remove_all(dir);
+  auto sharded = train_options(plan_config(ModelKind::Gpt, "dynapipe", 1, 2));
+  sharded.plan.zero = 1;
+  expect_resume_reproduces(sharded, 4, "zero");
 }
 
 TEST(EquivalenceTest, GptEveryStrategyPpDpMatchesSingleProcess) { check_every_strategy(ModelKind::Gpt); }
