@@ -19,11 +19,12 @@ class JsonReader {
   JsonReader(const nlohmann::json& value, std::string where, std::string path)
       : value_(value), where_(std::move(where)), path_(std::move(path)) {}
 
-  // Parses `text`; a syntax error becomes ParseError naming `where`.
+  // Parses `text`; a syntax error or a number no type can hold (nlohmann's out_of_range
+  // 406, found by profile_fuzz) becomes ParseError naming `where`.
   static nlohmann::json parse(const std::string& text, const std::string& where) {
     try {
       return nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       throw Error(ErrorKind::ParseError, cat(where, ": not valid JSON (", e.what(), ")"));
     }
   }

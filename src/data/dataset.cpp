@@ -30,7 +30,9 @@ std::string_view json_type_name(const json& value) {
 }
 
 // The message nlohmann puts after its "[json.exception.parse_error.101] " tag.
-std::string parse_error_reason(const json::parse_error& e) {
+// Any nlohmann exception from parsing (a syntax error, or a number too large for any
+// type: out_of_range 406), without its "[json.exception...]" tag.
+std::string parse_error_reason(const json::exception& e) {
   std::string_view what = e.what();
   const std::size_t tag_end = what.find("] ");
   if (tag_end != std::string_view::npos) what.remove_prefix(tag_end + 2);
@@ -140,7 +142,7 @@ Dataset Dataset::load(const std::string& path, const TruncationLimits& limits) {
     json line;
     try {
       line = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       throw Error(ErrorKind::ParseError, cat(where, ": line must be a JSON object, got malformed JSON (",
                                              parse_error_reason(e), ")"));
     }
