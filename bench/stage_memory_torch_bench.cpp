@@ -21,27 +21,9 @@
 #include "dynapipe/cost/cost_model.h"
 #include "runtime/model/collate.h"
 #include "runtime/model/model.h"
+#include "runtime/process_memory.h"
 
 namespace {
-
-std::int64_t status_bytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) {
-      std::istringstream f(line.substr(field.size()));
-      std::int64_t kib = 0;
-      f >> kib;
-      return kib * 1024;
-    }
-  }
-  return 0;
-}
-
-void reset_peak() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-}
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
@@ -86,7 +68,7 @@ int main(int argc, char** argv) {
     at::Tensor input;
     if (!in_shape.empty()) input = at::randn(in_shape).requires_grad_(true);
     const std::int64_t start = status_bytes("VmRSS:");
-    reset_peak();
+    reset_peak_rss();
     StageOutput out = model->forward(input, batch);
     const std::int64_t after_f = status_bytes("VmRSS:"), peak_f = status_bytes("VmHWM:");
     if (out.loss.defined()) {

@@ -18,6 +18,7 @@
 #include "runtime/exec/plan_ahead.h"
 #include "runtime/exec/plan_codec.h"
 #include "runtime/exec/trainer.h"
+#include "runtime/process_memory.h"
 
 namespace dynapipe::runtime {
 
@@ -34,24 +35,6 @@ Millis seconds_to_ms(double s) { return Millis(static_cast<std::int64_t>(s * 100
 // Peak resident set size of this process since the last reset (VmHWM), in bytes. The
 // high-water mark is reset at every step start by writing "5" to /proc/self/clear_refs
 // (Linux >= 4.0); where that is not allowed the value is the process-lifetime peak.
-void reset_peak_rss() {
-  std::ofstream out("/proc/self/clear_refs");
-  if (out) out << "5";
-}
-// A "Vm...:" line of /proc/self/status in bytes (0 where there is none).
-std::int64_t status_bytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field, 0) == 0) {
-      std::istringstream fields(line.substr(field.size()));
-      std::int64_t kib = 0;
-      fields >> kib;
-      return kib * 1024;
-    }
-  }
-  return 0;
-}
 std::int64_t peak_rss_bytes() { return status_bytes("VmHWM:"); }
 // Resident memory now: taken before the models are built, it is what LibTorch, the data
 // and the planner hold, so peak - this is what training itself added.
