@@ -446,12 +446,7 @@ TrainSummary run_rank_process(const TrainOptions& options, const DistributedEnv&
 
 TrainSummary run_training(const TrainOptions& options) {
   options.validate();
-  const auto env = distributed_env_from_environment();
-  // Launcher or single process: reject bad input before any rank starts. Joining ranks
-  // (RANK set) were started by our launcher, which has checked, or by the user's own,
-  // in which case each rank reports the same one-line error.
-  if (!env) check_training_inputs(options);
-  if (env) {
+  if (const auto env = distributed_env_from_environment()) {
     auto summary = run_rank_process(options, *env, make_default_hooks);
     const char* launched = std::getenv("DYNAPIPE_LAUNCHED");
     summary.is_reporter = env->rank == 0 && !(launched && std::string(launched) == "1");
@@ -461,14 +456,18 @@ TrainSummary run_training(const TrainOptions& options) {
     }
     return summary;
   }
-  int world = options.plan.pp * options.plan.dp;
+  const int world = RankLayout{.pp = options.plan.pp, .dp = options.plan.dp}.world_size();
   if (world == 1) {
-    // Nothing to launch: this process is the job.
+    // Nothing to launch: this process is the job (and reports bad input as it builds it).
     auto summary = run_rank_process(options, DistributedEnv{.rank = 0, .world_size = 1, .master_port = pick_free_port()},
                                     make_default_hooks);
     summary.is_reporter = true;
     return summary;
   }
+  // Reject bad input here, before any rank starts, instead of once per rank. Joining ranks
+  // (RANK set, above) were started by this launcher, which has checked, or by the user's
+  // own, in which case each rank reports the same one-line error.
+  check_training_inputs(options);
   if (options.worker_command.empty())
     throw Error(ErrorKind::InvalidArgument, "run_training: worker_command must name the program that starts a rank");
   auto summary_file = fs::temp_directory_path() / cat("dynapipe-summary-", ::getpid(), ".json");
