@@ -3,7 +3,8 @@
 # namespaces joined by a veth pair, each with its own address, joining through
 # RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT with GLOO_SOCKET_IFNAME set to its veth end.
 #  1. The losses equal those of the same job launched on one host.
-#  2. Killing the rank on the other "host" ends rank 0 within 60 s, naming the rank.
+#  2. Rank 0's rendezvous store listens on MASTER_ADDR only, not on every interface.
+#  3. Killing the rank on the other "host" ends rank 0 within 60 s, naming the rank.
 # Needs root and `ip netns`; otherwise exits 77 (ctest: skipped) saying why.
 #   multi_host_test.sh DYNAPIPE_BINARY SAMPLES_FILE
 set -uo pipefail
@@ -69,6 +70,9 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 [ -s "$work/kill.jsonl" ] || fail "the two-host job made no step in 60 s"
+listening=$(ip netns exec "$ns_a" ss -Hltn "sport = :29517" | awk '{print $4}')
+[ "$listening" = "$net.1:29517" ] || fail "the store listens on '$listening', expected $net.1:29517 only"
+echo "rank 0's store listens on $listening only"
 ip netns pids "$ns_b" | xargs -r kill -9
 start=$(date +%s)
 wait "${pids[0]}"

@@ -46,12 +46,15 @@ struct DistributedEnv {
   int world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
+  // Where rank 0's rendezvous store listens: DYNAPIPE_STORE_BIND_ADDR, else MASTER_ADDR
+  // (never every interface unless asked for with 0.0.0.0 or ::).
+  std::string store_bind_addr = "127.0.0.1";
 };
 
 // std::nullopt when RANK is not set (then `dynapipe train` launches the job itself).
 // Throws InvalidArgument naming the variable when one is set but malformed or missing
 // (RANK and WORLD_SIZE and MASTER_PORT must all be given; MASTER_ADDR defaults to
-// 127.0.0.1).
+// 127.0.0.1; DYNAPIPE_STORE_BIND_ADDR to MASTER_ADDR).
 std::optional<DistributedEnv> distributed_env_from_environment();
 
 }  // namespace dynapipe::runtime

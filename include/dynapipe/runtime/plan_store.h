@@ -9,12 +9,12 @@
 // release() counts readers and the last of them deletes both keys, so finished
 // iterations are garbage-collected without a separate pass.
 //
-// KeyValue implementations: in-memory (tests, one process), c10d TCPStore (default: the
-// job's own store hosted by rank 0, or tcp://host:port), Redis via hiredis
-// (redis://host:port). This header is torch-free.
+// KeyValue implementations: in-memory (tests, one process), c10d Store (default: the
+// job's own rendezvous store hosted by rank 0; or a TCPStore at tcp://host:port), Redis
+// via hiredis (redis://host:port). This header is torch-free.
 //
 // Thread-safety: a PlanStore may be used from several threads if its KeyValue may; the
-// in-memory and Redis ones are internally locked, the TCPStore client is.
+// in-memory and Redis ones are internally locked, the store clients are.
 //
 //   auto store = open_plan_store({.url = "redis://127.0.0.1:6379", .run_id = "run1"});
 //   store->put(3, bytes);                        // rank 0, planning worker
@@ -83,7 +83,7 @@ class PlanStore {
 };
 
 struct PlanStoreOptions {
-  // "" or "tcp": the job's embedded TCPStore (needs `embedded`); "tcp://host:port";
+  // "" or "tcp": the job's own rendezvous store (needs `embedded`); "tcp://host:port";
   // "redis://host:port" (no password in the URL: InvalidArgument); "memory" (one process
   // only). Default "".
   std::string url;

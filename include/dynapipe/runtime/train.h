@@ -4,7 +4,7 @@
 // processes, each re-running `worker_command` with RANK / WORLD_SIZE / MASTER_ADDR /
 // MASTER_PORT set, supervised by launcher.h), or, when RANK is already set (torchrun
 // style, or a rank started by our own launcher), runs this process as that rank.
-// Rank 0 hosts the c10d TCPStore, runs the planning workers `plan_ahead` iterations ahead
+// Rank 0 hosts the job's rendezvous store, runs the planning workers `plan_ahead` iterations ahead
 // of training, writes metrics and prints progress. See docs/runtime.md.
 //
 //   TrainOptions options;
@@ -29,7 +29,7 @@ struct TrainOptions {
   std::int64_t steps = 10;      // optimizer steps (global batches; the data cycles). >= 1
   std::string metrics_path;     // --metrics FILE.jsonl; empty: none
   int threads_per_rank = 1;     // torch::set_num_threads in every rank. >= 1
-  std::string plan_store;       // --plan-store: "" (the job's TCPStore), tcp://h:p, redis://h:p
+  std::string plan_store;       // --plan-store: "" (the job's own store), tcp://h:p, redis://h:p
   std::string device = "cpu";   // --device: "cpu", or "cuda[:N]" where LibTorch has CUDA and
                                 // NCCL (this build has neither: Unsupported, exit 2)
   std::string plan_store_password;  // Redis AUTH; empty: none. Never from a command line:

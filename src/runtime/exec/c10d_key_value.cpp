@@ -3,6 +3,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "dynapipe/core/error.h"
+#include "runtime/exec/store_client.h"
+#include "runtime/exec/store_server.h"
 
 namespace dynapipe::runtime {
 
@@ -57,7 +59,53 @@ class C10dKeyValue : public KeyValue {
   c10::intrusive_ptr<c10d::Store> store_;
 };
 
+std::vector<std::uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+std::string string_of(const std::vector<std::uint8_t>& b) { return {b.begin(), b.end()}; }
+
+// c10d's Store over our rendezvous store; the server lives as long as rank 0's store.
+class RendezvousStore : public c10d::Store {
+ public:
+  RendezvousStore(std::unique_ptr<StoreServer> server, std::unique_ptr<StoreClient> client, Millis timeout)
+      : c10d::Store(timeout), server_(std::move(server)), client_(std::move(client)) {}
+
+  void set(const std::string& key, const std::vector<std::uint8_t>& value) override {
+    client_->set(key, string_of(value));
+  }
+  std::vector<std::uint8_t> compareSet(const std::string& key, const std::vector<std::uint8_t>& expected,
+                                       const std::vector<std::uint8_t>& desired) override {
+    return bytes_of(client_->compare_set(key, string_of(expected), string_of(desired)));
+  }
+  std::vector<std::uint8_t> get(const std::string& key) override { return bytes_of(client_->get(key, timeout_)); }
+  int64_t add(const std::string& key, int64_t delta) override { return client_->add(key, delta); }
+  bool deleteKey(const std::string& key) override { return client_->erase(key); }
+  bool check(const std::vector<std::string>& keys) override { return client_->check(keys); }
+  int64_t getNumKeys() override { return client_->num_keys(); }
+  void wait(const std::vector<std::string>& keys) override { client_->wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    client_->wait(keys, timeout);
+  }
+
+ private:
+  std::unique_ptr<StoreServer> server_;  // rank 0 only; declared first, destroyed last
+  std::unique_ptr<StoreClient> client_;
+};
+
 }  // namespace
+
+c10::intrusive_ptr<c10d::Store> make_rendezvous_store(const std::string& host, int port, bool is_server,
+                                                     const std::string& bind_host, Millis timeout) {
+  std::unique_ptr<StoreServer> server;
+  if (is_server) {
+    try {
+      server = std::make_unique<StoreServer>(bind_host, port);
+    } catch (const Error& e) {
+      throw Error(e.kind(), cat("rendezvous store: ", e.what(), "; MASTER_ADDR (or DYNAPIPE_STORE_BIND_ADDR) ",
+                                "must be an address of rank 0's machine and MASTER_PORT free there"));
+    }
+  }
+  auto client = std::make_unique<StoreClient>(host, server ? server->port() : port, timeout);
+  return c10::make_intrusive<RendezvousStore>(std::move(server), std::move(client), timeout);
+}
 
 std::unique_ptr<KeyValue> key_value_over(c10::intrusive_ptr<c10d::Store> store) {
   return std::make_unique<C10dKeyValue>(std::move(store));

@@ -13,7 +13,12 @@ namespace dynapipe::runtime {
 
 std::unique_ptr<KeyValue> key_value_over(c10::intrusive_ptr<c10d::Store> store);
 
-// A TCPStore at host:port (server when `is_server`; port 0 then picks a free port).
+// The job's rendezvous store (store_server.h): rank 0 (`is_server`) hosts it on
+// `bind_host`:port only, then every rank connects to host:port. Errors name the address.
+c10::intrusive_ptr<c10d::Store> make_rendezvous_store(const std::string& host, int port, bool is_server,
+                                                     const std::string& bind_host, Millis timeout);
+
+// A LibTorch TCPStore at host:port (`--plan-store tcp://`; it listens on every interface) (server when `is_server`; port 0 then picks a free port).
 c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, int port, bool is_server,
                                               Millis timeout);
 int tcp_store_port(const c10::intrusive_ptr<c10d::Store>& store);

@@ -328,6 +328,8 @@ std::optional<DistributedEnv> distributed_env_from_environment() {
   env.rank = integer("RANK", 0, env.world_size - 1);
   env.master_port = integer("MASTER_PORT", 1, 65535);
   if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) env.master_addr = addr;
+  env.store_bind_addr = env.master_addr;
+  if (const char* bind = std::getenv("DYNAPIPE_STORE_BIND_ADDR"); bind && *bind) env.store_bind_addr = bind;
   return env;
 }
 

@@ -423,7 +423,8 @@ TrainSummary run_rank_process(const TrainOptions& options, const DistributedEnv&
     const char* id = std::getenv("DYNAPIPE_RUN_ID");
     run_id = id && *id ? id : cat("run-", env.master_port);
   }
-  auto store = make_tcp_store(env.master_addr, env.master_port, env.rank == 0, store_timeout);
+  auto store = make_rendezvous_store(env.master_addr, env.master_port, env.rank == 0, env.store_bind_addr,
+                                     store_timeout);
   std::shared_ptr<KeyValue> kv = key_value_over(store);
   auto plan_store = open_plan_store({.url = options.plan_store,
                                      .password = options.plan_store_password,
