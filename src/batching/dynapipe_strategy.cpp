@@ -285,7 +285,12 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
 Partition solve(const StrategyInput& input, std::span<const std::size_t> seq, ShapeCosts& costs,
                 MemoryRule rule, double weight, double incumbent_ms) {
   if (input.options.strategy == Strategy::DynaPipe) {
-    return solve_sequence<VarlenScanner>(input, seq, costs, rule, weight, incumbent_ms);
+    if (!input.options.varlen_padded_cut) {
+      return solve_sequence<VarlenScanner>(input, seq, costs, rule, weight, incumbent_ms);
+    }
+    // A padded cut of varlen micro-batches: a cut's padded objective is only an upper
+    // bound of its varlen one, so the incumbent (a varlen objective) cannot prune.
+    incumbent_ms = kInf;
   }
   return solve_sequence<PaddedScanner>(input, seq, costs, rule, weight, incumbent_ms);
 }

@@ -374,6 +374,19 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       if (improved) break;
     }
   }
+  if (varlen && m.options.padded_cut) {
+    // dynapipe-padded's cut of the best plan's rule, run varlen: more, length-homogeneous
+    // micro-batches than the varlen DP makes, each no slower than dynapipe-padded's own
+    // (docs/batching.md "Padded cuts").
+    const Choice& start = *best();
+    BatchingOptions padded_cut = start.batching;
+    padded_cut.varlen_order = VarlenOrder::Sorted;
+    padded_cut.varlen_row_capacity = false;
+    padded_cut.varlen_padded_cut = true;
+    std::optional<Choice> c =
+        attempt([&] { return m.search(batch, padded_cut, start.schedule, true, &cache); });
+    if (c) ranked.push_back(std::move(*c));
+  }
   return ranked;
 }
 
@@ -388,7 +401,15 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
                    [](const Choice& a, const Choice& b) { return a.est_ms < b.est_ms; });
   constexpr std::size_t kFullSearches = 3;
   std::optional<Choice> choice;
-  for (std::size_t k = 0; k < std::min(kFullSearches, ranked.size()); ++k) {
+  // The padded cut is searched on top of the three best others when it ranks among the
+  // three best, so adding it never pushes a plan out of the full search.
+  std::size_t others_searched = 0;
+  for (std::size_t k = 0; k < ranked.size(); ++k) {
+    if (ranked[k].batching.varlen_padded_cut) {
+      if (k >= kFullSearches) continue;
+    } else if (others_searched++ == kFullSearches) {
+      break;
+    }
     std::vector<std::vector<MicroBatch>> replicas;
     for (const ReplicaChoice& replica : ranked[k].replicas) replicas.push_back(replica.microbatches);
     Choice full = m.search_replicas(batch, replicas, ranked[k].schedule);

@@ -79,6 +79,12 @@ struct BatchingOptions {
   // max_target_len + 1 decoder tokens), the row capacity of packing-varlen; the planner
   // tries it as one more candidate (docs/batching.md). false (default): token count free.
   bool varlen_row_capacity = false;
+  // dynapipe: true cuts the sorted order by dynapipe-padded's DP (segments costed padded
+  // to their longest sample) and runs the micro-batches varlen; each is then no slower
+  // and no heavier than dynapipe-padded's, so this candidate simulates like
+  // dynapipe-padded or better. The planner tries it as one more candidate
+  // (docs/batching.md). false (default): the varlen DP.
+  bool varlen_padded_cut = false;
   // The schedule the micro-batches are planned for (docs/batching.md, "Schedule-aware
   // DP"). in_flight[s] = k_s, the micro-batches whose activations stage s holds at once
   // under that schedule (empty, the default: 1F1B's p − s); each entry >= 1, size p.

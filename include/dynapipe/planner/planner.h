@@ -48,6 +48,11 @@ struct PlannerOptions {
   // micro-batch split into a head and a tail (batching/head_tail.h), and keep the faster
   // plan. Default: true.
   bool head_and_tail = true;
+  // dynapipe: also cut the sorted order by dynapipe-padded's DP under the best-ranked
+  // plan's memory rule and bubble weight, run those micro-batches varlen
+  // (BatchingOptions::varlen_padded_cut), and search them in full when they rank among
+  // the best, besides the usual three. Default: true.
+  bool padded_cut = true;
 };
 
 class Planner {
