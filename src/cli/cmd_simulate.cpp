@@ -1,5 +1,6 @@
 // `dynapipe simulate`: strategy × schedule table on one dataset — estimated iteration
 // time, tokens/s, bubbles, peak memory per stage and the distance to the ideal bound.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -58,6 +59,7 @@ void run_simulate(const SimulateFlags& flags) {
                       ", got \"", schedule, "\""));
     }
   }
+  std::vector<std::string> unsupported;  // why the n/a rows are n/a, each reason once
   std::vector<GlobalBatch> megatron_batches;  // packing-megatron's rows-based batches, when asked
   for (const std::string& strategy : strategies) {
     const bool megatron = *parse_strategy(strategy) == Strategy::PackingMegatron;
@@ -77,6 +79,11 @@ void run_simulate(const SimulateFlags& flags) {
         if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
         table.add_row({strategy, schedule, "-", "-", "-", "-", "-",
                        e.kind() == ErrorKind::Infeasible ? "infeasible" : "n/a"});
+        const std::string why = cat(schedule, ": ", e.what());
+        if (e.kind() == ErrorKind::Unsupported &&
+            std::find(unsupported.begin(), unsupported.end(), why) == unsupported.end()) {
+          unsupported.push_back(why);
+        }
         continue;
       }
       double ideal = 0, bubble = 0;
@@ -100,6 +107,7 @@ void run_simulate(const SimulateFlags& flags) {
     }
   }
   std::cout << table.to_markdown();
+  for (const std::string& why : unsupported) std::printf("n/a %s\n", why.c_str());
   if (!flags.trace.empty() && !best_plan.iterations.empty()) {
     ChromeTraceOptions options;
     const std::string best_name = cat(strategy_name(best_plan.config.strategy), "/",

@@ -1,5 +1,6 @@
 #include "dynapipe/cost/model_spec.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -233,6 +234,24 @@ std::vector<StageLayers> assign_layers(const ModelSpec& spec, const std::vector<
     begin = end;
   }
   return stages;
+}
+
+std::vector<StageLayers> assign_layers_interleaved(const ModelSpec& spec, const std::vector<int>& layers_per_device,
+                                                   int chunks) {
+  const int devices = static_cast<int>(layers_per_device.size());
+  const bool enough = chunks >= 1 && devices >= 1 &&
+                      *std::min_element(layers_per_device.begin(), layers_per_device.end()) >= chunks;
+  if (!enough) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("an interleaved layout of ", chunks, " chunks needs at least ", chunks,
+                    " layers on every stage, got ", join(layers_per_device, ",")));
+  }
+  std::vector<int> virtual_counts(static_cast<std::size_t>(devices * chunks));
+  for (int d = 0; d < devices; ++d) {
+    const int count = layers_per_device[d];
+    for (int k = 0; k < chunks; ++k) virtual_counts[k * devices + d] = count / chunks + (k < count % chunks ? 1 : 0);
+  }
+  return assign_layers(spec, virtual_counts);
 }
 
 std::vector<int> layers_per_stage(const std::vector<StageLayers>& stages) {

@@ -9,6 +9,7 @@
 #include "dynapipe/batching/head_tail.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/plan/lowering.h"
 #include "dynapipe/plan/verifier.h"
@@ -461,28 +462,28 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   m.cost = options.calibration ? make_calibrated_cost_model(m.base_cost, options.calibration)
                                : m.base_cost;
 
-  // A chosen (non-uniform) split has no interleaved counterpart: virtual stages place
-  // layers uniformly.
-  const bool interleaving_possible = config.pp > 1 && config.stage_layers.empty() &&
-                                     config.model.total_layers() >= config.pp * kInterleavedChunks;
+  // Interleaving keeps the chosen split: each device's layers are cut into chunks
+  // (assign_layers_interleaved), so every device holds what the split gives it. The uniform
+  // split keeps its uniform virtual stages.
+  const std::vector<int> device_layers = layers_per_stage(m.base_cost->stages());
+  const bool interleaving_possible =
+      config.pp > 1 && *std::min_element(device_layers.begin(), device_layers.end()) >= kInterleavedChunks;
   const bool wants_interleaved =
       m.schedule == ScheduleKind::Interleaved ||
       (m.schedule == ScheduleKind::Auto && !options.fixed_layout);
-  if (m.schedule == ScheduleKind::Interleaved && !config.stage_layers.empty()) {
-    throw Error(ErrorKind::InvalidArgument,
-                "--schedule interleaved places layers uniformly over virtual stages; it needs --partition uniform "
-                "(or a balanced split that came out uniform)");
-  }
   if (config.schedule == ScheduleKind::Interleaved && !interleaving_possible) {
-    throw Error(ErrorKind::InvalidArgument,
+    throw Error(ErrorKind::Unsupported,
                 cat("--schedule interleaved needs --pp >= 2 and at least ", kInterleavedChunks,
-                    " layers per stage (", config.model.name, " has ", config.model.total_layers(),
-                    " layers), got --pp ", config.pp));
+                    " layers on every stage (", config.model.name, " split ", join(device_layers, ","),
+                    "), got --pp ", config.pp));
   }
   m.config.chunks = 1;
   if (wants_interleaved && interleaving_possible) {
     CostModelOptions interleaved_options = cost_options;
     interleaved_options.num_stages = config.pp * kInterleavedChunks;
+    if (!config.stage_layers.empty()) {
+      interleaved_options.layers = assign_layers_interleaved(config.model, device_layers, kInterleavedChunks);
+    }
     m.interleaved_cost = make_cost_model(config.cost_model, config.model, interleaved_options);
     if (config.schedule == ScheduleKind::Interleaved) m.config.chunks = kInterleavedChunks;
   }

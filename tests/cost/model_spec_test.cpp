@@ -101,6 +101,27 @@ TEST(ModelSpecTest, StageParametersAddUpWithOneTokenTableCopyForTheHead) {
   EXPECT_EQ(sum, t5.parameter_count() + embedding_parameter_count(t5));
 }
 
+TEST(LayerAssignmentTest, InterleavedVirtualStagesKeepEachDevicesLayerCount) {
+  // t5-small: 4 encoder then 4 decoder layers. Devices hold 3 and 5 layers; 2 chunks give
+  // virtual counts (chunk 0: 2, 3; chunk 1: 1, 2), run contiguously over the stack.
+  const ModelSpec t5 = load_model_spec("t5-small");
+  const auto stages = assign_layers_interleaved(t5, {3, 5}, 2);
+  EXPECT_EQ(layers_per_stage(stages), (std::vector<int>{2, 3, 1, 2}));
+  EXPECT_EQ(stages, assign_layers(t5, {2, 3, 1, 2}));
+  EXPECT_EQ(stages[1].enc_begin, 2);
+  EXPECT_EQ(stages[1].enc_end, 4);
+  EXPECT_EQ(stages[1].dec_end, 1);
+  EXPECT_TRUE(stages[1].has_dec_embedding);
+  EXPECT_TRUE(stages[3].has_head);
+  // Device d holds virtual stages d and d + 2: 2 + 1 and 3 + 2 layers.
+  EXPECT_EQ(stages[0].num_layers() + stages[2].num_layers(), 3);
+  EXPECT_EQ(stages[1].num_layers() + stages[3].num_layers(), 5);
+  // An even split gives the uniform virtual stages.
+  EXPECT_EQ(assign_layers_interleaved(t5, {4, 4}, 2), assign_layers_uniform(t5, 4));
+  EXPECT_THROW(assign_layers_interleaved(t5, {1, 7}, 2), Error);
+  EXPECT_THROW(assign_layers_interleaved(t5, {}, 2), Error);
+}
+
 TEST(LayerAssignmentTest, Gpt32LayersOverFourStagesGetEightEach) {
   const auto stages = assign_layers_uniform(load_model_spec("gpt-6.7b"), 4);
   ASSERT_EQ(stages.size(), 4u);

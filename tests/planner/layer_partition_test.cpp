@@ -72,8 +72,35 @@ TEST(LayerPartitionTest, BalancedFollowsTheCostModelAndThePlannerUsesIt) {
   const Planner planner(config);
   EXPECT_EQ(planner.cost_model().stages(), layers);
   EXPECT_EQ(planner.config().stage_layers, layers);
+}
+
+TEST(LayerPartitionTest, InterleavedKeepsEachDevicesLayersOfABalancedSplit) {
+  PlanConfig config = t5_config(2);
+  const std::vector<StageLayers> layers = choose_stage_layers(config, LayerPartition::Balanced, {});
+  const std::vector<int> counts = layers_per_stage(layers);
+  ASSERT_NE(counts, (std::vector<int>{4, 4}));
+  config.stage_layers = layers;
   config.schedule = ScheduleKind::Interleaved;
-  EXPECT_THROW({ Planner p(config); }, Error);
+  const Planner planner(config);
+  EXPECT_EQ(planner.config().chunks, 2);
+  const std::vector<StageLayers>& virtual_stages = planner.stage_layers();
+  ASSERT_EQ(virtual_stages.size(), 4u);
+  EXPECT_EQ(virtual_stages, assign_layers_interleaved(config.model, counts, 2));
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(virtual_stages[d].num_layers() + virtual_stages[d + 2].num_layers(), counts[d]) << d;
+  }
+  // Plans (verified, memory included) use the virtual stages.
+  const IterationPlan plan = planner.plan_iteration(first_batches(config, 1).front());
+  EXPECT_EQ(plan.replicas.front().estimates.front().fwd_ms.size(), 4u);
+  // A split with a one-layer stage cannot be interleaved: Unsupported, naming the split.
+  config.stage_layers = assign_layers(config.model, {1, 7});
+  try {
+    Planner p(config);
+    ADD_FAILURE() << "interleaved accepted a one-layer stage";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Unsupported);
+    EXPECT_NE(std::string(e.what()).find("split 1,7"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LayerPartitionTest, BalancedKeepsUniformWhenOnlyUniformHoldsTheWeights) {

@@ -87,6 +87,14 @@ std::vector<StageLayers> assign_layers_uniform(const ModelSpec& spec, int num_st
 std::vector<StageLayers> assign_layers(const ModelSpec& spec, const std::vector<int>& layers_per_stage);
 std::vector<int> layers_per_stage(const std::vector<StageLayers>& stages);
 
+// The virtual stages of an interleaved layout over the device split `layers_per_device`:
+// virtual stage k·D + d (D devices) holds chunk k of device d's layers, its count split as
+// evenly as possible (earlier chunks one layer more), so device d keeps exactly
+// layers_per_device[d] layers, and the layers run contiguously over the virtual stages in
+// order. Throws InvalidArgument when a device has fewer layers than `chunks`.
+std::vector<StageLayers> assign_layers_interleaved(const ModelSpec& spec, const std::vector<int>& layers_per_device,
+                                                   int chunks);
+
 // Parameters a stage holds: its layers, plus a token table wherever an embedding or the
 // head lives (a stage holding several of them shares one copy; different stages each
 // hold their own copy, whose gradients the runtime keeps in sync), plus the position
