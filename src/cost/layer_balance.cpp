@@ -12,11 +12,12 @@ namespace dynapipe {
 
 std::vector<double> layer_unit_ms(const std::string& cost_spec, const ModelSpec& model,
                                   const CostModelOptions& options, const std::vector<MicroBatchShape>& shapes,
-                                  const std::vector<double>& weights) {
-  if (shapes.empty() || shapes.size() != weights.size()) {
+                                  const std::vector<double>& weights,
+                                  const std::vector<AttentionDensity>& densities) {
+  if (shapes.empty() || shapes.size() != weights.size() || (!densities.empty() && densities.size() != shapes.size())) {
     throw Error(ErrorKind::InvalidArgument,
-                cat("layer costs need one weight per micro-batch shape, got ", shapes.size(), " shapes and ",
-                    weights.size(), " weights"));
+                cat("layer costs need one weight (and none or one attention density) per micro-batch shape, got ",
+                    shapes.size(), " shapes, ", weights.size(), " weights and ", densities.size(), " densities"));
   }
   CostModelOptions per_layer = options;
   per_layer.num_stages = model.total_layers();
@@ -25,14 +26,20 @@ std::vector<double> layer_unit_ms(const std::string& cost_spec, const ModelSpec&
   std::vector<double> units(per_layer.num_stages, 0.0);
   for (int unit = 0; unit < per_layer.num_stages; ++unit) {
     for (std::size_t s = 0; s < shapes.size(); ++s) {
-      const StageCost c = cost->stage_cost(unit, shapes[s], {}, Recompute::None);
+      const AttentionDensity density = densities.empty() ? AttentionDensity{} : densities[s];
+      const StageCost c = cost->stage_cost(unit, shapes[s], density, Recompute::None);
       units[unit] += weights[s] * (c.fwd_ms + c.bwd_ms);
     }
   }
   return units;
 }
 
-std::vector<int> balance_layer_counts(const std::vector<double>& unit_ms, int num_stages) {
+namespace {
+
+// The exact min-max split of `unit_ms` into num_stages contiguous stages, stage k over units
+// [begin, end) allowed only when fits(k, begin, end); empty when none is.
+template <typename Fits>
+std::vector<int> min_max_split(const std::vector<double>& unit_ms, int num_stages, const Fits& fits) {
   const int n = static_cast<int>(unit_ms.size());
   if (num_stages < 1 || num_stages > n) {
     throw Error(ErrorKind::InvalidArgument,
@@ -57,7 +64,7 @@ std::vector<int> balance_layer_counts(const std::vector<double>& unit_ms, int nu
     for (int i = k; i <= n - (num_stages - k); ++i) {
       for (int cut = k - 1; cut < i; ++cut) {
         const Best& before = best[k - 1][cut];
-        if (before.cut < 0) continue;
+        if (before.cut < 0 || !fits(k - 1, cut, i)) continue;
         const double stage = prefix[i] - prefix[cut];
         const double max = std::max(before.max, stage);
         const double squares = before.squares + stage * stage;
@@ -65,6 +72,7 @@ std::vector<int> balance_layer_counts(const std::vector<double>& unit_ms, int nu
       }
     }
   }
+  if (best[num_stages][n].cut < 0) return {};
   std::vector<int> counts(num_stages);
   int end = n;
   for (int k = num_stages; k >= 1; --k) {
@@ -73,6 +81,55 @@ std::vector<int> balance_layer_counts(const std::vector<double>& unit_ms, int nu
     counts[k - 1] = end - cut;
     end = cut;
   }
+  return counts;
+}
+
+}  // namespace
+
+std::vector<int> balance_layer_counts(const std::vector<double>& unit_ms, int num_stages) {
+  return min_max_split(unit_ms, num_stages, [](int, int, int) { return true; });
+}
+
+UnitMemory layer_unit_memory(const std::string& cost_spec, const ModelSpec& model, const CostModelOptions& options,
+                             const MicroBatchShape& shape, Recompute recompute) {
+  CostModelOptions per_layer = options;
+  per_layer.num_stages = model.total_layers();
+  per_layer.layers.clear();
+  const auto cost = make_cost_model(cost_spec, model, per_layer);
+  UnitMemory memory;
+  for (int unit = 0; unit < per_layer.num_stages; ++unit) {
+    const StageCost c = cost->stage_cost(unit, shape, {}, recompute);
+    memory.static_bytes.push_back(cost->static_bytes(unit));
+    memory.stored_bytes.push_back(c.stored_bytes);
+    memory.peak_bytes.push_back(c.peak_bytes);
+  }
+  return memory;
+}
+
+std::optional<std::vector<int>> balance_layer_counts(const std::vector<double>& unit_ms, int num_stages,
+                                                     const StageMemoryRule& rule) {
+  const std::size_t n = unit_ms.size();
+  const UnitMemory& u = rule.units;
+  if (u.static_bytes.size() != n || u.stored_bytes.size() != n || u.peak_bytes.size() != n ||
+      rule.in_flight.size() != static_cast<std::size_t>(std::max(num_stages, 0))) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("stage memory rule: need one static, stored and peak size per unit (", n,
+                    ") and one in-flight count per stage (", num_stages, "), got ", u.static_bytes.size(), ", ",
+                    u.stored_bytes.size(), ", ", u.peak_bytes.size(), " and ", rule.in_flight.size()));
+  }
+  std::vector<std::int64_t> static_prefix(n + 1, 0), stored_prefix(n + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    static_prefix[i + 1] = static_prefix[i] + u.static_bytes[i];
+    stored_prefix[i + 1] = stored_prefix[i] + u.stored_bytes[i];
+  }
+  auto fits = [&](int stage, int begin, int end) {
+    const std::int64_t peak = *std::max_element(u.peak_bytes.begin() + begin, u.peak_bytes.begin() + end);
+    const std::int64_t bytes = static_prefix[end] - static_prefix[begin] +
+                               rule.in_flight[stage] * (stored_prefix[end] - stored_prefix[begin]) + peak;
+    return bytes < rule.limit_bytes;
+  };
+  std::vector<int> counts = min_max_split(unit_ms, num_stages, fits);
+  if (counts.empty()) return std::nullopt;
   return counts;
 }
 

@@ -18,25 +18,105 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-std::vector<int> balanced_counts(const PlanConfig& config) {
+std::int64_t memory_limit_bytes(const PlanConfig& config);
+
+// One row of --max-seqlen tokens (T5: --max-target-len decoder tokens).
+MicroBatchShape longest_row(const PlanConfig& config) {
   MicroBatchShape row{.batch = 1, .seqlen = config.max_seqlen, .dec_seqlen = 0};
   if (config.model.kind == ModelKind::T5) {
     row.dec_seqlen = config.max_target_len > 0 ? config.max_target_len : config.max_seqlen;
   }
+  return row;
+}
+
+// What the layers work on: each global batch as one block-diagonal row (its tokens at
+// its attention density), which is the per-layer work of the batch however it is cut;
+// without batches, one --max-seqlen row.
+struct WorkShapes {
+  std::vector<MicroBatchShape> shapes;
+  std::vector<AttentionDensity> densities;
+};
+
+WorkShapes work_shapes(const PlanConfig& config, const std::vector<GlobalBatch>& batches) {
+  const bool t5 = config.model.kind == ModelKind::T5;
+  WorkShapes work;
+  for (const GlobalBatch& batch : batches) {
+    double enc = 0, dec = 0, enc_squares = 0, dec_squares = 0;
+    for (const Sample& sample : batch.samples) {
+      // The lengths each side of the model sees (GPT: one sequence; T5: the decoder input
+      // is the target shifted right, one token longer).
+      const double e = t5 ? sample.input_len : static_cast<double>(sample.input_len) + sample.target_len;
+      const double d = t5 ? static_cast<double>(sample.target_len) + 1 : 0.0;
+      enc += e;
+      dec += d;
+      enc_squares += e * e;
+      dec_squares += d * d;
+    }
+    if (enc <= 0) continue;
+    work.shapes.push_back(
+        {.batch = 1, .seqlen = static_cast<std::int64_t>(enc), .dec_seqlen = static_cast<std::int64_t>(dec)});
+    work.densities.push_back({.enc = enc_squares / (enc * enc), .dec = dec > 0 ? dec_squares / (dec * dec) : 1.0});
+  }
+  if (work.shapes.empty()) {
+    work.shapes.push_back(longest_row(config));
+    work.densities.push_back({});
+  }
+  return work;
+}
+
+CostModelOptions unit_options(const PlanConfig& config) {
   CostModelOptions options;
   options.seqlen_multiple = config.seqlen_multiple;
   options.tp = config.tp;
-  const std::vector<double> units = layer_unit_ms(config.cost_model, config.model, options, {row}, {1.0});
-  return balance_layer_counts(units, config.pp);
+  options.zero_shards = config.zero == 1 ? config.dp : 1;
+  return options;
+}
+
+// The min-max split of the layers' work (work_shapes), each stage held to its own 1F1B
+// memory rule for one --max-seqlen row: stage s keeps pp − s such rows in flight besides its
+// weights, so early stages, tight on activations, take fewer layers and late ones can hold
+// more. The rule's activations are those of the lightest recompute mode (none, selective,
+// full) under which some split fits: the split needs no more recompute than the longest
+// sample does anyway. nullopt where none fits.
+std::optional<std::vector<int>> memory_ruled_counts(const PlanConfig& config,
+                                                    const std::vector<GlobalBatch>& batches) {
+  const CostModelOptions options = unit_options(config);
+  const WorkShapes work = work_shapes(config, batches);
+  const std::vector<double> units = layer_unit_ms(config.cost_model, config.model, options, work.shapes,
+                                                  std::vector<double>(work.shapes.size(), 1.0), work.densities);
+  StageMemoryRule rule;
+  for (int s = 0; s < config.pp; ++s) rule.in_flight.push_back(config.pp - s);
+  rule.limit_bytes = memory_limit_bytes(config);
+  for (Recompute recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    rule.units = layer_unit_memory(config.cost_model, config.model, options, longest_row(config), recompute);
+    if (std::optional<std::vector<int>> counts = balance_layer_counts(units, config.pp, rule)) return counts;
+  }
+  return std::nullopt;
+}
+
+std::int64_t max_static_bytes(const PlanConfig& config, const std::vector<int>& counts);
+
+// The min-max split of one --max-seqlen row's layer times alone, or the uniform split where
+// only that one keeps every stage's weights, gradients and optimizer states under the limit.
+std::vector<int> time_only_counts(const PlanConfig& config) {
+  const std::vector<double> units =
+      layer_unit_ms(config.cost_model, config.model, unit_options(config), {longest_row(config)}, {1.0});
+  const std::vector<int> counts = balance_layer_counts(units, config.pp);
+  const std::vector<int> uniform = layers_per_stage(assign_layers_uniform(config.model, config.pp));
+  const std::int64_t limit = memory_limit_bytes(config);
+  if (max_static_bytes(config, counts) >= limit && max_static_bytes(config, uniform) < limit) return uniform;
+  return counts;
 }
 
 // Estimated time of the first batches planned under `counts`; infinity when infeasible.
+// fixed_layout: compare splits without interleaving (joint's search), or as plan and
+// simulate plan them (balanced's check against uniform).
 double planned_ms(const PlanConfig& config, const std::vector<int>& counts, const std::vector<GlobalBatch>& batches,
-                  int num_batches) {
+                  int num_batches, bool fixed_layout = true) {
   PlanConfig candidate = config;
   candidate.stage_layers = assign_layers(config.model, counts);
   PlannerOptions options;
-  options.fixed_layout = true;  // compare splits, not interleaving
+  options.fixed_layout = fixed_layout;
   options.verify = false;
   try {
     const Planner planner(candidate, options);
@@ -49,6 +129,34 @@ double planned_ms(const PlanConfig& config, const std::vector<int>& counts, cons
   }
 }
 
+// balanced: without batches, the memory-ruled split of one --max-seqlen row (the time-only
+// split where none fits). With batches, the fastest as planned on the first of them (the
+// planner's full search, interleaving included; ties keep the earlier) of: the uniform
+// split, the time-only split of one --max-seqlen row, and the memory-ruled split of the
+// batches' work. The work balance alone misleads both ways: it ignores zb1p's memory rule
+// (pp in flight on every stage), interleaving, which suits even splits, and how small the
+// micro-batches must get on a stage its weights nearly fill.
+std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
+                                 const LayerPartitionOptions& options) {
+  if (batches.empty()) return memory_ruled_counts(config, {}).value_or(time_only_counts(config));
+  const int num_batches = std::min<int>(std::max(options.joint_batches, 1), static_cast<int>(batches.size()));
+  const std::vector<GlobalBatch> first(batches.begin(), batches.begin() + num_batches);
+  std::vector<std::vector<int>> candidates = {layers_per_stage(assign_layers_uniform(config.model, config.pp)),
+                                              time_only_counts(config)};
+  if (std::optional<std::vector<int>> ruled = memory_ruled_counts(config, first)) candidates.push_back(*ruled);
+  std::vector<int> best = candidates.front();
+  double best_ms = planned_ms(config, best, batches, num_batches, /*fixed_layout=*/false);
+  for (std::size_t c = 1; c < candidates.size(); ++c) {
+    if (std::find(candidates.begin(), candidates.begin() + c, candidates[c]) != candidates.begin() + c) continue;
+    const double ms = planned_ms(config, candidates[c], batches, num_batches, /*fixed_layout=*/false);
+    if (ms < best_ms) {
+      best = candidates[c];
+      best_ms = ms;
+    }
+  }
+  return best;
+}
+
 std::vector<int> joint_counts(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
                               const LayerPartitionOptions& options) {
   if (batches.empty()) throw Error(ErrorKind::InvalidArgument, "--partition joint needs at least one global batch");
@@ -57,7 +165,7 @@ std::vector<int> joint_counts(const PlanConfig& config, const std::vector<Global
 
   std::vector<int> best = layers_per_stage(assign_layers_uniform(config.model, config.pp));
   double best_ms = score(best);
-  const std::vector<int> balanced = balanced_counts(config);
+  const std::vector<int> balanced = balanced_counts(config, batches, options);
   if (balanced != best) {
     const double balanced_ms = score(balanced);
     if (balanced_ms < best_ms) {
@@ -94,14 +202,11 @@ std::vector<int> joint_counts(const PlanConfig& config, const std::vector<Global
   return best;
 }
 
-// The largest static memory (weights, gradients, optimizer states) of a stage under `layers`.
-std::int64_t max_static_bytes(const PlanConfig& config, const std::vector<StageLayers>& layers) {
-  CostModelOptions options;
+// The largest static memory (weights, gradients, optimizer states) of a stage under `counts`.
+std::int64_t max_static_bytes(const PlanConfig& config, const std::vector<int>& counts) {
+  CostModelOptions options = unit_options(config);
   options.num_stages = config.pp;
-  options.seqlen_multiple = config.seqlen_multiple;
-  options.tp = config.tp;
-  options.zero_shards = config.zero == 1 ? config.dp : 1;
-  options.layers = layers;
+  options.layers = assign_layers(config.model, counts);
   const auto cost = make_cost_model(config.cost_model, config.model, options);
   std::int64_t worst = 0;
   for (int s = 0; s < cost->num_stages(); ++s) worst = std::max(worst, cost->static_bytes(s));
@@ -149,17 +254,10 @@ std::vector<StageLayers> choose_stage_layers(const PlanConfig& config, LayerPart
     throw Error(ErrorKind::InvalidArgument, cat("--pp must be at most the model's ", base.model.total_layers(),
                                                 " layers (", base.model.name, "), got ", base.pp));
   }
-  const std::vector<int> counts =
-      partition == LayerPartition::Balanced ? balanced_counts(base) : joint_counts(base, batches, options);
+  const std::vector<int> counts = partition == LayerPartition::Balanced ? balanced_counts(base, batches, options)
+                                                                       : joint_counts(base, batches, options);
   std::vector<StageLayers> layers = assign_layers(base.model, counts);
-  const std::vector<StageLayers> uniform = assign_layers_uniform(base.model, base.pp);
-  if (layers == uniform) return {};
-  // balanced weighs time only: where its heavier stages no longer hold their weights but the
-  // uniform split's do, keep the uniform split (joint already skipped what does not fit).
-  if (partition == LayerPartition::Balanced) {
-    const std::int64_t limit = memory_limit_bytes(base);
-    if (max_static_bytes(base, layers) >= limit && max_static_bytes(base, uniform) < limit) return {};
-  }
+  if (layers == assign_layers_uniform(base.model, base.pp)) return {};
   return layers;
 }
 

@@ -170,7 +170,10 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   if (options.recompute != "auto") config.recompute = parse_recompute(options.recompute);
   const LayerPartition partition = *parse_layer_partition(options.partition);  // validated above
   std::vector<GlobalBatch> batches;
-  if (partition == LayerPartition::Joint && config.pp > 1) {
+  // balanced weighs the layers by the first batches' work when the samples are known.
+  const bool wants_batches = partition == LayerPartition::Joint ||
+                             (partition == LayerPartition::Balanced && !config.samples_path.empty());
+  if (wants_batches && config.pp > 1) {
     if (config.samples_path.empty()) {
       throw Error(ErrorKind::InvalidArgument, "--partition joint needs the samples file (--samples / --data)");
     }

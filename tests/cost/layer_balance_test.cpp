@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -61,6 +64,103 @@ TEST(LayerBalance, EqualsBruteForceBottleneck) {
     EXPECT_EQ(std::accumulate(got.begin(), got.end(), 0), n);
     EXPECT_NEAR(max_stage(units, got), best, best * 1e-9);
   }
+}
+
+// Bytes of stage `stage` over units [begin, end) under `rule` (sums, largest peak).
+std::int64_t stage_bytes(const StageMemoryRule& rule, int stage, int begin, int end) {
+  std::int64_t bytes = 0, peak = 0;
+  for (int u = begin; u < end; ++u) {
+    bytes += rule.units.static_bytes[u] + rule.in_flight[stage] * rule.units.stored_bytes[u];
+    peak = std::max(peak, rule.units.peak_bytes[u]);
+  }
+  return bytes + peak;
+}
+
+TEST(LayerBalance, MemoryRuleMovesLayersToStagesWithFewerInFlight) {
+  // Six equal units, each storing 1 byte per micro-batch; stage 0 keeps 2 in flight, stage 1
+  // one. Under 5 bytes stage 0 holds at most 2 units (2·3 = 6 does not fit), stage 1 at most 4.
+  StageMemoryRule rule;
+  rule.units = {.static_bytes = std::vector<std::int64_t>(6, 0),
+                .stored_bytes = std::vector<std::int64_t>(6, 1),
+                .peak_bytes = std::vector<std::int64_t>(6, 0)};
+  rule.in_flight = {2, 1};
+  rule.limit_bytes = 5;
+  const std::vector<double> units(6, 1.0);
+  EXPECT_EQ(balance_layer_counts(units, 2), (std::vector<int>{3, 3}));
+  EXPECT_EQ(balance_layer_counts(units, 2, rule), (std::vector<int>{2, 4}));
+  // Static bytes and the largest peak count too: a 1-byte peak on unit 5 leaves stage 1
+  // room for 3 units only (3 + 1 < 5), so nothing fits 6 units.
+  rule.units.peak_bytes[5] = 1;
+  EXPECT_EQ(balance_layer_counts(units, 2, rule), std::nullopt);
+  rule.units.peak_bytes[5] = 0;
+  rule.units.static_bytes[0] = 1;  // stage 0 now holds 1 unit (1 + 2·2 = 5 does not fit)
+  EXPECT_EQ(balance_layer_counts(units, 2, rule), std::nullopt);
+  rule.limit_bytes = 6;            // 1 + 2·2 = 5 fits; stage 1: 4 < 6
+  EXPECT_EQ(balance_layer_counts(units, 2, rule), (std::vector<int>{2, 4}));
+  rule.in_flight = {2};
+  EXPECT_THROW(balance_layer_counts(units, 2, rule), Error);
+}
+
+TEST(LayerBalance, MemoryRuledSplitEqualsBruteForce) {
+  // Every layer in exactly one stage, every stage within its rule, the slowest stage the
+  // smallest among the splits that fit (nullopt exactly when none fits).
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> cost(0.1, 10.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + trial % 9;
+    const int stages = 1 + static_cast<int>(rng() % n);
+    std::vector<double> units(n);
+    for (double& u : units) u = cost(rng);
+    StageMemoryRule rule;
+    for (int u = 0; u < n; ++u) {
+      rule.units.static_bytes.push_back(static_cast<std::int64_t>(rng() % 20));
+      rule.units.stored_bytes.push_back(static_cast<std::int64_t>(rng() % 10));
+      rule.units.peak_bytes.push_back(static_cast<std::int64_t>(rng() % 10));
+    }
+    for (int s = 0; s < stages; ++s) rule.in_flight.push_back(stages - s);
+    rule.limit_bytes = 20 + static_cast<std::int64_t>(rng() % 60);
+    auto fits = [&](const std::vector<int>& counts) {
+      int begin = 0;
+      for (int s = 0; s < static_cast<int>(counts.size()); ++s) {
+        if (stage_bytes(rule, s, begin, begin + counts[s]) >= rule.limit_bytes) return false;
+        begin += counts[s];
+      }
+      return true;
+    };
+    double best = std::numeric_limits<double>::infinity();
+    std::vector<int> counts;
+    std::function<void(int)> search = [&](int left) {
+      if (static_cast<int>(counts.size()) == stages) {
+        if (left == 0 && fits(counts)) best = std::min(best, max_stage(units, counts));
+        return;
+      }
+      for (int c = 1; c <= left; ++c) {
+        counts.push_back(c);
+        search(left - c);
+        counts.pop_back();
+      }
+    };
+    search(n);
+    const std::optional<std::vector<int>> got = balance_layer_counts(units, stages, rule);
+    ASSERT_EQ(got.has_value(), std::isfinite(best)) << trial;
+    if (!got) continue;
+    ASSERT_EQ(static_cast<int>(got->size()), stages);
+    EXPECT_EQ(std::accumulate(got->begin(), got->end(), 0), n);
+    for (int c : *got) EXPECT_GE(c, 1);
+    EXPECT_TRUE(fits(*got)) << trial;
+    EXPECT_NEAR(max_stage(units, *got), best, best * 1e-9) << trial;
+  }
+}
+
+TEST(LayerBalance, UnitMemoryFollowsTheRecomputeMode) {
+  const ModelSpec spec = load_model_spec("gpt-6.7b");
+  const MicroBatchShape row{.batch = 1, .seqlen = 2048, .dec_seqlen = 0};
+  const UnitMemory none = layer_unit_memory("analytic:a100-40g", spec, {}, row, Recompute::None);
+  const UnitMemory full = layer_unit_memory("analytic:a100-40g", spec, {}, row, Recompute::Full);
+  ASSERT_EQ(static_cast<int>(none.stored_bytes.size()), spec.total_layers());
+  EXPECT_EQ(none.static_bytes, full.static_bytes);
+  EXPECT_GT(none.static_bytes.front(), none.static_bytes[1]);  // the embedding rides on unit 0
+  EXPECT_LT(full.stored_bytes[1], none.stored_bytes[1]);
 }
 
 TEST(LayerBalance, UnitCostsCarryEmbeddingAndHead) {

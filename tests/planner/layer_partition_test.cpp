@@ -103,6 +103,40 @@ TEST(LayerPartitionTest, InterleavedKeepsEachDevicesLayersOfABalancedSplit) {
   }
 }
 
+TEST(LayerPartitionTest, BalancedWithDataRespectsEachStagesMemoryRuleAndBeatsUniform) {
+  // T5-11B, 8 stages of 40 GiB, the mix's short targets: encoder layers do several times a
+  // decoder layer's work, and the uniform split (6 each) is what fits by weights alone.
+  PlanConfig config = t5_config(8);
+  config.model = load_model_spec("t5-11b");
+  config.max_target_len = 512;
+  config.global_batch_tokens = 65536;
+  const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
+  const std::vector<GlobalBatch> batches = form_global_batches(data, config.global_batch_tokens, 2);
+  LayerPartitionOptions options;
+  options.joint_batches = 2;
+  const std::vector<StageLayers> layers = choose_stage_layers(config, LayerPartition::Balanced, batches, options);
+  ASSERT_EQ(layers.size(), 8u);
+  const std::vector<int> counts = layers_per_stage(layers);
+  EXPECT_LT(counts.front(), 6);
+  EXPECT_GT(counts.back(), 6);
+  // Every stage keeps its weights plus 8 − s rows of --max-seqlen tokens under the limit,
+  // at least under full recompute (the loosest of the rules balanced tries).
+  const UnitMemory full = layer_unit_memory(config.cost_model, config.model, {},
+                                            {.batch = 1, .seqlen = 1024, .dec_seqlen = 512}, Recompute::Full);
+  int begin = 0;
+  for (int s = 0; s < 8; ++s) {
+    std::int64_t bytes = 0, peak = 0;
+    for (int u = begin; u < begin + counts[s]; ++u) {
+      bytes += full.static_bytes[u] + (8 - s) * full.stored_bytes[u];
+      peak = std::max(peak, full.peak_bytes[u]);
+    }
+    EXPECT_LT(bytes + peak, std::int64_t{40} << 30) << "stage " << s;
+    begin += counts[s];
+  }
+  EXPECT_EQ(begin, config.model.total_layers());
+  EXPECT_LT(planned_ms(config, layers, batches), planned_ms(config, {}, batches));
+}
+
 TEST(LayerPartitionTest, BalancedKeepsUniformWhenOnlyUniformHoldsTheWeights) {
   // Find a config whose balanced split needs more static memory than the uniform one (which
   // one depends on the cost model's figures), then put the limit between the two.

@@ -1,10 +1,13 @@
 // Which layers each pipeline stage holds (`--partition uniform|balanced|joint`).
 //
 //   uniform   as many layers per stage as possible alike (assign_layers_uniform);
-//   balanced  the split minimising the slowest stage under the cost model, for a micro-batch
-//             of one --max-seqlen row (embedding and head weigh what they cost); uniform
-//             instead when only the uniform split keeps every stage's weights, gradients and
-//             optimizer states under the memory limit;
+//   balanced  the split minimising the slowest stage's share of the layers' work (the
+//             first global batches' work when they are given, else one --max-seqlen row),
+//             each stage held to its own 1F1B memory rule for one --max-seqlen row (stage s
+//             keeps pp − s in flight; the lightest recompute mode under which a split fits);
+//             uniform instead where the first batches plan no faster under it, or where only
+//             the uniform split keeps every stage's weights, gradients and optimizer states
+//             under the memory limit;
 //   joint     the split minimising the estimated iteration time of the first global
 //             batches as the planner plans them under that split (dynamic micro-batching and
 //             schedule included): a local search moving one stage boundary by one layer at a
@@ -33,13 +36,14 @@ std::string_view layer_partition_name(LayerPartition partition);
 std::vector<std::string> layer_partition_names();
 
 struct LayerPartitionOptions {
-  int joint_batches = 4;  // joint: global batches (from the first) each candidate is planned on
+  int joint_batches = 4;  // balanced, joint: global batches (from the first) each split is planned on
   int joint_max_rounds = 64;  // joint: local-search rounds at most
 };
 
 // The stage layers for `config` (its stage_layers ignored); empty means uniform. `batches`
-// is read by joint only. Throws what the planner throws for the config (InvalidArgument,
-// Infeasible when no candidate split fits memory).
+// is read by balanced and joint (the first options.joint_batches of them). Throws what the
+// planner throws for the config (InvalidArgument, Infeasible when no candidate split fits
+// memory).
 std::vector<StageLayers> choose_stage_layers(const PlanConfig& config, LayerPartition partition,
                                              const std::vector<GlobalBatch>& batches,
                                              const LayerPartitionOptions& options = {});
