@@ -72,14 +72,12 @@ CostModelOptions unit_options(const PlanConfig& config) {
   return options;
 }
 
-// The min-max split of the layers' work (work_shapes), each stage held to its own 1F1B
+// The min-max splits of the layers' work (work_shapes), each stage held to its own 1F1B
 // memory rule for one --max-seqlen row: stage s keeps pp − s such rows in flight besides its
 // weights, so early stages, tight on activations, take fewer layers and late ones can hold
-// more. The rule's activations are those of the lightest recompute mode (none, selective,
-// full) under which some split fits: the split needs no more recompute than the longest
-// sample does anyway. nullopt where none fits.
-std::optional<std::vector<int>> memory_ruled_counts(const PlanConfig& config,
-                                                    const std::vector<GlobalBatch>& batches) {
+// more. One split per recompute mode (none, selective, full) whose activations some split
+// fits with, lightest first, duplicates left out; empty where none fits.
+std::vector<std::vector<int>> memory_ruled_splits(const PlanConfig& config, const std::vector<GlobalBatch>& batches) {
   const CostModelOptions options = unit_options(config);
   const WorkShapes work = work_shapes(config, batches);
   const std::vector<double> units = layer_unit_ms(config.cost_model, config.model, options, work.shapes,
@@ -87,11 +85,13 @@ std::optional<std::vector<int>> memory_ruled_counts(const PlanConfig& config,
   StageMemoryRule rule;
   for (int s = 0; s < config.pp; ++s) rule.in_flight.push_back(config.pp - s);
   rule.limit_bytes = memory_limit_bytes(config);
+  std::vector<std::vector<int>> splits;
   for (Recompute recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
     rule.units = layer_unit_memory(config.cost_model, config.model, options, longest_row(config), recompute);
-    if (std::optional<std::vector<int>> counts = balance_layer_counts(units, config.pp, rule)) return counts;
+    std::optional<std::vector<int>> counts = balance_layer_counts(units, config.pp, rule);
+    if (counts && std::find(splits.begin(), splits.end(), *counts) == splits.end()) splits.push_back(*counts);
   }
-  return std::nullopt;
+  return splits;
 }
 
 std::int64_t max_static_bytes(const PlanConfig& config, const std::vector<int>& counts);
@@ -138,12 +138,15 @@ double planned_ms(const PlanConfig& config, const std::vector<int>& counts, cons
 // micro-batches must get on a stage its weights nearly fill.
 std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
                                  const LayerPartitionOptions& options) {
-  if (batches.empty()) return memory_ruled_counts(config, {}).value_or(time_only_counts(config));
+  if (batches.empty()) {
+    const std::vector<std::vector<int>> ruled = memory_ruled_splits(config, {});
+    return ruled.empty() ? time_only_counts(config) : ruled.front();
+  }
   const int num_batches = std::min<int>(std::max(options.joint_batches, 1), static_cast<int>(batches.size()));
   const std::vector<GlobalBatch> first(batches.begin(), batches.begin() + num_batches);
   std::vector<std::vector<int>> candidates = {layers_per_stage(assign_layers_uniform(config.model, config.pp)),
                                               time_only_counts(config)};
-  if (std::optional<std::vector<int>> ruled = memory_ruled_counts(config, first)) candidates.push_back(*ruled);
+  for (std::vector<int>& ruled : memory_ruled_splits(config, first)) candidates.push_back(std::move(ruled));
   std::vector<int> best = candidates.front();
   double best_ms = planned_ms(config, best, batches, num_batches, /*fixed_layout=*/false);
   for (std::size_t c = 1; c < candidates.size(); ++c) {

@@ -1,13 +1,13 @@
 // Which layers each pipeline stage holds (`--partition uniform|balanced|joint`).
 //
 //   uniform   as many layers per stage as possible alike (assign_layers_uniform);
-//   balanced  the split minimising the slowest stage's share of the layers' work (the
-//             first global batches' work when they are given, else one --max-seqlen row),
-//             each stage held to its own 1F1B memory rule for one --max-seqlen row (stage s
-//             keeps pp − s in flight; the lightest recompute mode under which a split fits);
-//             uniform instead where the first batches plan no faster under it, or where only
-//             the uniform split keeps every stage's weights, gradients and optimizer states
-//             under the memory limit;
+//   balanced  the fastest on the first global batches (as planned) of: the uniform split,
+//             the min-max split of one --max-seqlen row's layer times (uniform where only
+//             uniform holds the weights), and the min-max splits of those batches' work
+//             with each stage held to its own 1F1B memory rule for one --max-seqlen row
+//             (stage s keeps pp − s in flight; one split per recompute mode that fits).
+//             Without batches: the lightest memory-ruled split of one row, else the
+//             time-only one;
 //   joint     the split minimising the estimated iteration time of the first global
 //             batches as the planner plans them under that split (dynamic micro-batching and
 //             schedule included): a local search moving one stage boundary by one layer at a
