@@ -137,6 +137,34 @@ TEST(LayerPartitionTest, BalancedWithDataRespectsEachStagesMemoryRuleAndBeatsUni
   EXPECT_LT(planned_ms(config, layers, batches), planned_ms(config, {}, batches));
 }
 
+TEST(LayerPartitionTest, BalancedKeepsUniformWhereItPlansFaster) {
+  // GPT-6.7B pp 8 at 2048 tokens: the head makes the last stage the heaviest, and the
+  // memory-ruled split of the mix's work moves layers (3,4,4,4,4,4,5,4), but zb1p plans
+  // the uniform split faster on these batches, so balanced keeps it.
+  PlanConfig config = t5_config(8);
+  config.model = load_model_spec("gpt-6.7b");
+  config.max_seqlen = 2048;
+  config.max_target_len = 2048;
+  config.global_batch_tokens = 65536;
+  const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
+  const std::vector<GlobalBatch> batches = form_global_batches(data, config.global_batch_tokens, 2);
+  LayerPartitionOptions options;
+  options.joint_batches = 2;
+  EXPECT_TRUE(choose_stage_layers(config, LayerPartition::Balanced, batches, options).empty());
+  // Planned the way balanced compares (interleaving allowed), that split is slower.
+  PlannerOptions planner_options;
+  planner_options.verify = false;
+  auto planned = [&](const std::vector<StageLayers>& layers) {
+    PlanConfig candidate = config;
+    candidate.stage_layers = layers;
+    const Planner planner(candidate, planner_options);
+    double total = 0;
+    for (const GlobalBatch& batch : batches) total += planner.plan_iteration(batch).est_iteration_ms;
+    return total;
+  };
+  EXPECT_LT(planned({}), planned(assign_layers(config.model, {3, 4, 4, 4, 4, 4, 5, 4})));
+}
+
 TEST(LayerPartitionTest, BalancedKeepsUniformWhenOnlyUniformHoldsTheWeights) {
   // Find a config whose balanced split needs more static memory than the uniform one (which
   // one depends on the cost model's figures), then put the limit between the two.
