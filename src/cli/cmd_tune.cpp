@@ -148,31 +148,19 @@ void setup(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "tune", "Best tp x pp x dp layout of --gpus per strategy (grid search by simulation)");
   command->add_option("--samples", flags->plan.samples, "Samples file (JSONL, optionally gzip)")->required();
-  command->add_option("--model", flags->plan.model, "Model preset or JSON file")->capture_default_str();
-  command->add_option("--cost-model", flags->plan.cost_model,
-                      "analytic:<device>, a100-measured (gpt-6.7b, t5-11b) or a profile JSON")
-      ->capture_default_str();
+  // The options every point shares: plan's flags, spelled, checked and explained by the table.
+  add_plan_option_flags(*command, flags->plan,
+                        {"model", "cost_model", "memory_limit_gib", "max_seqlen", "max_target_len",
+                         "global_batch_tokens", "seed", "seqlen_multiple"});
   command->add_option("--gpus", flags->gpus, "GPUs to lay out as tp x pp x dp")
       ->check(CLI::Range(1, 4096))->capture_default_str();
-  command->add_option("--memory-limit", flags->plan.memory_limit_gib,
-                      "Device memory per GPU, GiB (default: the device's)")
-      ->check(CLI::Range(0.0, 1e6));
-  command->add_option("--max-seqlen", flags->plan.max_seqlen, "Truncation limit (GPT: input+target; T5: encoder)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))->capture_default_str();
-  command->add_option("--max-target-len", flags->plan.max_target_len, "T5 decoder limit (default: --max-seqlen)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
-  command->add_option("--global-batch-tokens", flags->plan.global_batch_tokens, "Token budget of one global batch")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   command->add_option("--iterations", flags->iterations, "Global batches planned per configuration")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
   command->add_option("--strategies", flags->strategies, "Comma list of strategies (default: all)");
   command->add_option("--schedule", flags->plan.schedule,
                       "Schedule for every strategy but packing-megatron (always 1f1b)")
-      ->check(CLI::IsMember(schedule_choices))
+      ->type_name(cat("{", join(schedule_choices, ","), "}"))
       ->capture_default_str();
-  command->add_option("--seed", flags->plan.seed, "Seed of all randomness")->capture_default_str();
-  command->add_option("--seqlen-multiple", flags->plan.seqlen_multiple, "Round lengths up to this multiple")
-      ->check(CLI::Range(1, 4096))->capture_default_str();
   command->add_flag("--summary-json", flags->summary_json,
                     "Print one JSON object {\"strategies\": {name: {tp, pp, dp, est_tokens_per_s, ...}}}");
   command->add_flag("--megatron-token-batches", flags->megatron_token_batches,
