@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace dynapipe {
@@ -74,11 +75,8 @@ class JsonValue {
   std::vector<std::int64_t> integers(std::int64_t lo = kMinInt) const;
   std::vector<double> numbers(double lo = -std::numeric_limits<double>::infinity()) const;
 
-  bool is_object() const;
   bool is_string() const;
   const std::string& path() const { return path_; }
-  // The value as written (JSON, cut to 40 characters) for messages.
-  std::string shown() const;
 
   // "<where>: <path> must be <expected>, got <this value>".
   [[noreturn]] void fail(std::string_view expected) const;
@@ -90,6 +88,8 @@ class JsonValue {
   // `node` is the JSON library's value, opaque here so that its type stays out of headers.
   JsonValue(const void* node, std::string path, const std::string* where, const std::string* root_name)
       : node_(node), path_(std::move(path)), where_(where), root_name_(root_name) {}
+  bool is_object() const;
+  std::string shown() const;  // the value as written, cut to 40 characters
   std::string child_path(std::string_view key) const;
   [[noreturn]] void fail_at(const std::string& path, std::string_view expected, const std::string& got) const;
 
