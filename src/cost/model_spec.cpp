@@ -134,14 +134,9 @@ ModelSpec model_spec_from_json(const JsonValue& r, const std::string& default_na
   constexpr std::int64_t kMaxDim = std::int64_t{1} << 30;
   ModelSpec spec;
   spec.name = r.has("name") ? r["name"].string() : default_name;
-  const std::string kind = r["kind"].string();
-  if (kind == "gpt") {
-    spec.kind = ModelKind::Gpt;
-  } else if (kind == "t5") {
-    spec.kind = ModelKind::T5;
-  } else {
-    r.fail_field("kind", "\"gpt\" or \"t5\"");
-  }
+  const std::optional<ModelKind> kind = parse_model_kind(r["kind"].string());
+  if (!kind) r.fail_field("kind", "\"gpt\" or \"t5\"");
+  spec.kind = *kind;
   auto dim = [&](const char* key, std::int64_t lo) {
     return static_cast<int>(r[key].integer(lo, kMaxDim));
   };

@@ -191,14 +191,9 @@ std::string dump(const Json& j, int indent) {
 ModelSpec model_from(const JsonValue& n) {
   ModelSpec m;
   m.name = n["name"].string();
-  std::string kind = n["kind"].string();
-  if (kind == "gpt") {
-    m.kind = ModelKind::Gpt;
-  } else if (kind == "t5") {
-    m.kind = ModelKind::T5;
-  } else {
-    n["kind"].fail("\"gpt\" or \"t5\"");
-  }
+  const std::optional<ModelKind> kind = parse_model_kind(n["kind"].string());
+  if (!kind) n["kind"].fail("\"gpt\" or \"t5\"");
+  m.kind = *kind;
   m.hidden = n["hidden"].int32();
   m.heads = n["heads"].int32();
   m.kv_channels = n["kv_channels"].int32();
