@@ -18,6 +18,7 @@
 #include "dynapipe/cost/cost_model.h"
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/data/dataset.h"
+#include "dynapipe/planner/plan_options.h"
 #include "dynapipe/planner/planner.h"
 #include "dynapipe/planner/tune.h"
 #include "dynapipe/report/table.h"
@@ -25,20 +26,21 @@
 namespace dynapipe::cli {
 namespace {
 
+// The options every point shares go through to_plan_config(), the one validation that
+// plan, simulate, train and Python use; the grid search then sets tp, pp, dp, strategy,
+// micro-batch size and recompute per point.
+PlanOptions tune_defaults() {
+  PlanOptions options;
+  options.model = "gpt-6.7b";
+  options.partition = "uniform";  // each point has its own pp; its layers split uniformly
+  return options;
+}
+
 struct TuneFlags {
-  std::string samples;
-  std::string model = "gpt-6.7b";
-  std::string cost_model = "analytic:a100-40g";
+  PlanOptions plan = tune_defaults();
   int gpus = 8;
-  double memory_limit_gib = 0;
-  std::int64_t max_seqlen = 2048;
-  std::int64_t max_target_len = 0;
-  std::int64_t global_batch_tokens = 65536;
   std::int64_t iterations = 3;
   std::string strategies;  // empty: all
-  std::string schedule = "auto";  // a spelling of schedule_kind_names(), parsed in run_tune
-  std::uint64_t seed = 0;
-  int seqlen_multiple = 8;
   bool summary_json = false;
   bool megatron_token_batches = false;
   bool megatron_free_recompute = false;
@@ -59,17 +61,8 @@ std::string point_recompute(const TunePoint& p) {
 
 void run_tune(const TuneFlags& flags) {
   TuneOptions options;
-  PlanConfig& base = options.base;
-  base.model = load_model_spec(flags.model);
-  base.samples_path = flags.samples;
-  base.cost_model = flags.cost_model;
-  base.schedule = *parse_schedule_kind(flags.schedule);
-  base.max_seqlen = flags.max_seqlen;
-  base.max_target_len = flags.max_target_len > 0 ? flags.max_target_len : flags.max_seqlen;
-  base.global_batch_tokens = flags.global_batch_tokens;
-  base.memory_limit_gib = flags.memory_limit_gib;
-  base.seed = flags.seed;
-  base.seqlen_multiple = flags.seqlen_multiple;
+  options.base = to_plan_config(flags.plan);
+  const PlanConfig& base = options.base;
   options.gpus = flags.gpus;
   options.iterations = flags.iterations;
   options.megatron_token_batches = flags.megatron_token_batches;
@@ -79,7 +72,7 @@ void run_tune(const TuneFlags& flags) {
   // Fail fast on the cost model and model (e.g. a100-measured with another model) before
   // loading data.
   make_cost_model(base.cost_model, base.model, {});
-  const Dataset dataset = Dataset::load(flags.samples, truncation_limits(base));
+  const Dataset dataset = Dataset::load(base.samples_path, truncation_limits(base));
 
   const bool interactive = isatty(fileno(stderr)) != 0;
   if (interactive) {
@@ -154,32 +147,20 @@ void setup(CLI::App& app) {
   for (std::string_view name : schedule_kind_names()) schedule_choices.emplace_back(name);
   CLI::App* command = app.add_subcommand(
       "tune", "Best tp x pp x dp layout of --gpus per strategy (grid search by simulation)");
-  command->add_option("--samples", flags->samples, "Samples file (JSONL, optionally gzip)")->required();
-  command->add_option("--model", flags->model, "Model preset or JSON file")->capture_default_str();
-  command->add_option("--cost-model", flags->cost_model,
-                      "analytic:<device>, a100-measured (gpt-6.7b, t5-11b) or a profile JSON")
-      ->capture_default_str();
+  command->add_option("--samples", flags->plan.samples, "Samples file (JSONL, optionally gzip)")->required();
+  // The options every point shares: plan's flags, spelled, checked and explained by the table.
+  add_plan_option_flags(*command, flags->plan,
+                        {"model", "cost_model", "memory_limit_gib", "max_seqlen", "max_target_len",
+                         "global_batch_tokens", "seed", "seqlen_multiple"});
   command->add_option("--gpus", flags->gpus, "GPUs to lay out as tp x pp x dp")
       ->check(CLI::Range(1, 4096))->capture_default_str();
-  command->add_option("--memory-limit", flags->memory_limit_gib,
-                      "Device memory per GPU, GiB (default: the device's)")
-      ->check(CLI::Range(0.0, 1e6));
-  command->add_option("--max-seqlen", flags->max_seqlen, "Truncation limit (GPT: input+target; T5: encoder)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24))->capture_default_str();
-  command->add_option("--max-target-len", flags->max_target_len, "T5 decoder limit (default: --max-seqlen)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 24));
-  command->add_option("--global-batch-tokens", flags->global_batch_tokens, "Token budget of one global batch")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))->capture_default_str();
   command->add_option("--iterations", flags->iterations, "Global batches planned per configuration")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))->capture_default_str();
   command->add_option("--strategies", flags->strategies, "Comma list of strategies (default: all)");
-  command->add_option("--schedule", flags->schedule,
+  command->add_option("--schedule", flags->plan.schedule,
                       "Schedule for every strategy but packing-megatron (always 1f1b)")
-      ->check(CLI::IsMember(schedule_choices))
+      ->type_name(cat("{", join(schedule_choices, ","), "}"))
       ->capture_default_str();
-  command->add_option("--seed", flags->seed, "Seed of all randomness")->capture_default_str();
-  command->add_option("--seqlen-multiple", flags->seqlen_multiple, "Round lengths up to this multiple")
-      ->check(CLI::Range(1, 4096))->capture_default_str();
   command->add_flag("--summary-json", flags->summary_json,
                     "Print one JSON object {\"strategies\": {name: {tp, pp, dp, est_tokens_per_s, ...}}}");
   command->add_flag("--megatron-token-batches", flags->megatron_token_batches,

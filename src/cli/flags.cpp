@@ -1,10 +1,22 @@
 #include "cli/flags.h"
 
+#include <algorithm>
 #include <variant>
 
 #include "dynapipe/core/strings.h"
 
 namespace dynapipe::cli {
+namespace {
+
+// CLI11 parses the type only; to_plan_config() checks ranges and choices.
+void add_plan_option(CLI::App& command, PlanOptions& flags, const PlanOptionSpec& spec) {
+  CLI::Option* option = std::visit(
+      [&](auto member) { return command.add_option(spec.flag, flags.*member, spec.help); }, spec.field);
+  if (!spec.choices.empty()) option->type_name(cat("{", join(spec.choices, ","), "}"));
+  if (spec.show_default) option->capture_default_str();
+}
+
+}  // namespace
 
 void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples_flag) {
   if (samples_flag == SamplesFlag::Samples) {
@@ -13,12 +25,12 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
   } else {
     command.add_option("--data", flags.samples, "Samples file (JSONL, optionally gzip)");
   }
+  for (const PlanOptionSpec& spec : plan_option_table()) add_plan_option(command, flags, spec);
+}
+
+void add_plan_option_flags(CLI::App& command, PlanOptions& flags, const std::vector<std::string>& names) {
   for (const PlanOptionSpec& spec : plan_option_table()) {
-    CLI::Option* option = std::visit(
-        [&](auto member) { return command.add_option(spec.flag, flags.*member, spec.help); },
-        spec.field);
-    if (!spec.choices.empty()) option->type_name(cat("{", join(spec.choices, ","), "}"));
-    if (spec.show_default) option->capture_default_str();
+    if (std::find(names.begin(), names.end(), spec.name) != names.end()) add_plan_option(command, flags, spec);
   }
 }
 

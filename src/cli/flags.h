@@ -3,6 +3,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
 #include "dynapipe/planner/plan_options.h"
 
@@ -16,5 +18,9 @@ enum class SamplesFlag { Samples, Data };
 // only parses the types; ranges and choices are checked by to_plan_config() (one message
 // for the CLI and Python).
 void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples_flag);
+
+// Adds only the rows of plan_option_table() whose `name` is in `names`, for a command
+// that sets the others itself (tune lays out tp, pp, dp and strategy per point).
+void add_plan_option_flags(CLI::App& command, PlanOptions& flags, const std::vector<std::string>& names);
 
 }  // namespace dynapipe::cli

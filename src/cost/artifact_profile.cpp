@@ -11,9 +11,9 @@
 #include <sstream>
 #include <tuple>
 
-#include "cost/json_reader.h"
 #include "cost/layer_cost.h"
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/json_reader.h"
 #include "dynapipe/cost/device_spec.h"
 
 #ifndef DYNAPIPE_ASSETS_DIR
@@ -22,8 +22,6 @@
 
 namespace dynapipe {
 namespace {
-
-using detail::JsonReader;
 
 constexpr double kBytesPerMb = 1e6;
 constexpr const char* kModes[3] = {"none", "selective", "full"};
@@ -39,23 +37,20 @@ double median(std::vector<double> values) {
 
 // One component's rows of a timing or memory list: shape -> the first value of each
 // measurement of that shape.
-std::map<ShapeKey, std::vector<double>> read_rows(const JsonReader& list, bool two_lengths) {
-  list.expect_array();
+std::map<ShapeKey, std::vector<double>> read_rows(const JsonValue& list, bool two_lengths) {
   std::map<ShapeKey, std::vector<double>> rows;
   for (std::size_t i = 0; i < list.size(); ++i) {
-    const JsonReader row = list.at(i);
-    const JsonReader seqlen = row.at("seqlen");
-    seqlen.expect_array();
+    const JsonValue row = list[i];
+    const JsonValue seqlen = row["seqlen"];
     if (seqlen.size() != (two_lengths ? 2u : 1u)) {
       seqlen.fail(two_lengths ? "[enc, dec]" : "[seqlen]");
     }
-    const std::int64_t s = seqlen.at(std::size_t{0}).as_int(1);
-    const std::int64_t d = two_lengths ? seqlen.at(std::size_t{1}).as_int(1) : 0;
-    const std::int64_t mbs = row.at("mbs").as_int(1);
-    const JsonReader values = row.at("values");
-    values.expect_array();
+    const std::int64_t s = seqlen[std::size_t{0}].integer(1);
+    const std::int64_t d = two_lengths ? seqlen[std::size_t{1}].integer(1) : 0;
+    const std::int64_t mbs = row["mbs"].integer(1);
+    const JsonValue values = row["values"];
     if (values.size() < 1) values.fail("a non-empty array");
-    rows[{s, d, mbs}].push_back(values.at(std::size_t{0}).as_double(0));
+    rows[{s, d, mbs}].push_back(values[std::size_t{0}].number(0));
   }
   return rows;
 }
@@ -70,15 +65,15 @@ struct ComponentTables {
   std::map<ShapeKey, double> fwd, bwd, stored, peak;  // ms, ms, MB, MB
 };
 
-ComponentTables read_component(const JsonReader& config, const std::string& component, bool two_lengths,
+ComponentTables read_component(const JsonValue& config, const std::string& component, bool two_lengths,
                                bool with_memory) {
   ComponentTables t;
-  const JsonReader timing = config.at("timing");
-  t.fwd = medians(read_rows(timing.at(component + "/forward"), two_lengths));
-  t.bwd = medians(read_rows(timing.at(component + "/backward"), two_lengths));
+  const JsonValue timing = config["timing"];
+  t.fwd = medians(read_rows(timing[component + "/forward"], two_lengths));
+  t.bwd = medians(read_rows(timing[component + "/backward"], two_lengths));
   if (with_memory) {
-    t.stored = medians(read_rows(config.at("stored_activation").at(component), two_lengths));
-    t.peak = medians(read_rows(config.at("peak_activation").at(component), two_lengths));
+    t.stored = medians(read_rows(config["stored_activation"][component], two_lengths));
+    t.peak = medians(read_rows(config["peak_activation"][component], two_lengths));
   }
   return t;
 }
@@ -150,17 +145,16 @@ struct Config {
   std::size_t index = 0;
 };
 
-std::vector<Config> list_configs(const JsonReader& configs) {
-  configs.expect_array();
+std::vector<Config> list_configs(const JsonValue& configs) {
   std::vector<Config> out;
   for (std::size_t i = 0; i < configs.size(); ++i) {
-    const JsonReader c = configs.at(i);
+    const JsonValue c = configs[i];
     Config config;
     config.index = i;
-    config.tp = static_cast<int>(c.at("tensor_parallel").as_int(1, 1024));
-    const std::string mode = c.at("recompute").as_string();
+    config.tp = static_cast<int>(c["tensor_parallel"].integer(1, 1024));
+    const std::string mode = c["recompute"].string();
     const auto it = std::find(std::begin(kModes), std::end(kModes), mode);
-    if (it == std::end(kModes)) c.at("recompute").fail("\"none\", \"selective\" or \"full\"");
+    if (it == std::end(kModes)) c["recompute"].fail("\"none\", \"selective\" or \"full\"");
     config.mode = static_cast<int>(it - std::begin(kModes));
     out.push_back(config);
   }
@@ -170,9 +164,9 @@ std::vector<Config> list_configs(const JsonReader& configs) {
 }  // namespace
 
 std::vector<int> artifact_tensor_parallel_degrees(const std::string& json, const std::string& where) {
-  const nlohmann::json root = JsonReader::parse(json, where);
+  const JsonDocument document(json, where);
   std::vector<int> degrees;
-  for (const Config& c : list_configs(JsonReader(root, where, "").at("configs"))) degrees.push_back(c.tp);
+  for (const Config& c : list_configs(document.root()["configs"])) degrees.push_back(c.tp);
   std::sort(degrees.begin(), degrees.end());
   degrees.erase(std::unique(degrees.begin(), degrees.end()), degrees.end());
   return degrees;
@@ -180,12 +174,12 @@ std::vector<int> artifact_tensor_parallel_degrees(const std::string& json, const
 
 Profile import_artifact_profile(const std::string& json, const std::string& where, const ModelSpec& model,
                                 int tp) {
-  const nlohmann::json root = JsonReader::parse(json, where);
-  const JsonReader r(root, where, "");
-  const JsonReader configs = r.at("configs");
+  const JsonDocument document(json, where);
+  const JsonValue r = document.root();
+  const JsonValue configs = r["configs"];
   const std::vector<Config> all = list_configs(configs);
   const bool t5 = model.kind == ModelKind::T5;
-  const std::string artifact_model = r.has("model") ? r.at("model").as_string() : "";
+  const std::string artifact_model = r.has("model") ? r["model"].string() : "";
   if (!artifact_model.empty() && artifact_model.starts_with("t5") != t5) {
     throw Error(ErrorKind::InvalidArgument,
                 cat(where, ": measures '", artifact_model, "', which is not a ", model_kind_name(model.kind),
@@ -214,7 +208,7 @@ Profile import_artifact_profile(const std::string& json, const std::string& wher
   bool found[3] = {false, false, false};
   for (const Config& c : all) {
     if (c.tp != tp) continue;
-    const JsonReader config = configs.at(c.index);
+    const JsonValue config = configs[c.index];
     found[c.mode] = true;
     stack.points[c.mode] = layer_points(read_component(config, "encoder", false, true), false);
     if (t5) {
@@ -223,10 +217,10 @@ Profile import_artifact_profile(const std::string& json, const std::string& wher
     }
     if (c.mode != 0) continue;
     // Parameter bytes (per device) as recorded with the no-recompute measurements.
-    const JsonReader state = config.at("model_state");
-    stack.parameter_bytes = mb_to_bytes(state.at("encoder").as_double(0));
-    embedding.parameter_bytes = mb_to_bytes(state.at("embedding").as_double(0));
-    if (t5) decoder.parameter_bytes = mb_to_bytes(state.at("decoder").as_double(0));
+    const JsonValue state = config["model_state"];
+    stack.parameter_bytes = mb_to_bytes(state["encoder"].number(0));
+    embedding.parameter_bytes = mb_to_bytes(state["embedding"].number(0));
+    if (t5) decoder.parameter_bytes = mb_to_bytes(state["decoder"].number(0));
     // Embedding and head from the no-recompute config: the postprocess time is the head's;
     // their activation memory is not recorded, so it comes from the analytic formulas with
     // the vocabulary split tp ways.
@@ -261,7 +255,7 @@ Profile import_artifact_profile(const std::string& json, const std::string& wher
                     " for the measurements in ", where, ", got ", tp));
   }
   for (int m = 0; m < 3; ++m) {
-    if (!found[m]) r.at("configs").fail(cat("a list with recompute \"", kModes[m], "\" at tensor_parallel ", tp));
+    if (!found[m]) r["configs"].fail(cat("a list with recompute \"", kModes[m], "\" at tensor_parallel ", tp));
   }
   head.parameter_bytes = head_parameter_count(model) * profile.device.bytes_per_element;
   profile.layers.push_back(std::move(embedding));

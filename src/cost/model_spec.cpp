@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cost/model_spec_json.h"
@@ -10,8 +11,6 @@
 
 namespace dynapipe {
 namespace {
-
-using detail::JsonReader;
 
 ModelSpec make_preset(const char* name, ModelKind kind, int hidden, int heads, int kv_channels,
                       int ffn_hidden, int layers, int dec_layers, int vocab) {
@@ -130,22 +129,17 @@ std::string model_spec_to_json(const ModelSpec& spec) {
 
 namespace detail {
 // Shared with profile.cpp, which embeds a model object.
-ModelSpec model_spec_from_json(const JsonReader& r, const std::string& default_name) {
-  r.expect_keys({"name", "kind", "hidden", "heads", "kv_channels", "ffn_hidden", "layers",
+ModelSpec model_spec_from_json(const JsonValue& r, const std::string& default_name) {
+  r.only_fields({"name", "kind", "hidden", "heads", "kv_channels", "ffn_hidden", "layers",
                  "dec_layers", "vocab", "max_positions"});
   constexpr std::int64_t kMaxDim = std::int64_t{1} << 30;
   ModelSpec spec;
-  spec.name = r.has("name") ? r.at("name").as_string() : default_name;
-  const std::string kind = r.at("kind").as_string();
-  if (kind == "gpt") {
-    spec.kind = ModelKind::Gpt;
-  } else if (kind == "t5") {
-    spec.kind = ModelKind::T5;
-  } else {
-    r.fail_field("kind", "\"gpt\" or \"t5\"");
-  }
+  spec.name = r.has("name") ? r["name"].string() : default_name;
+  const std::optional<ModelKind> kind = parse_model_kind(r["kind"].string());
+  if (!kind) r.fail_field("kind", "\"gpt\" or \"t5\"");
+  spec.kind = *kind;
   auto dim = [&](const char* key, std::int64_t lo) {
-    return static_cast<int>(r.at(key).as_int(lo, kMaxDim));
+    return static_cast<int>(r[key].integer(lo, kMaxDim));
   };
   spec.hidden = dim("hidden", 1);
   spec.heads = dim("heads", 1);
@@ -160,8 +154,8 @@ ModelSpec model_spec_from_json(const JsonReader& r, const std::string& default_n
 }  // namespace detail
 
 ModelSpec parse_model_spec(const std::string& json, const std::string& where) {
-  const nlohmann::json root = JsonReader::parse(json, where);
-  JsonReader reader(root, where, "");
+  const JsonDocument document(json, where);
+  const JsonValue reader = document.root();
   reader.expect_object();
   ModelSpec spec = detail::model_spec_from_json(reader, where);
   spec.validate();
@@ -179,8 +173,8 @@ ModelSpec load_model_spec(const std::string& name_or_path) {
                     ") or a model JSON file, got '", name_or_path, "'"));
   }
   const std::string stem = std::filesystem::path(name_or_path).stem().string();
-  const nlohmann::json root = JsonReader::parse(read_text_file(name_or_path), name_or_path);
-  JsonReader reader(root, name_or_path, "");
+  const JsonDocument document(read_text_file(name_or_path), name_or_path);
+  const JsonValue reader = document.root();
   reader.expect_object();
   ModelSpec spec = detail::model_spec_from_json(reader, stem);
   spec.validate();

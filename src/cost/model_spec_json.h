@@ -3,12 +3,12 @@
 
 #include <string>
 
-#include "cost/json_reader.h"
+#include "dynapipe/core/json_reader.h"
 #include "dynapipe/cost/model_spec.h"
 
 namespace dynapipe::detail {
 
 // Reads the fields of a model object (not validated: callers validate after).
-ModelSpec model_spec_from_json(const JsonReader& reader, const std::string& default_name);
+ModelSpec model_spec_from_json(const JsonValue& reader, const std::string& default_name);
 
 }  // namespace dynapipe::detail

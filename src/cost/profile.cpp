@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -13,8 +14,6 @@
 
 namespace dynapipe {
 namespace {
-
-using detail::JsonReader;
 
 constexpr const char* kFormat = "dynapipe-profile";
 constexpr std::int64_t kVersion = 1;
@@ -34,43 +33,43 @@ std::vector<ProfileLayerKind> kinds_of(ModelKind kind) {
           ProfileLayerKind::Head};
 }
 
-ProfilePoint parse_point(const JsonReader& r, bool is_decoder) {
-  r.expect_keys({"batch", "seqlen", "dec_seqlen", "fwd_ms", "bwd_ms", "bwd_input_ms", "bwd_weight_ms",
+ProfilePoint parse_point(const JsonValue& r, bool is_decoder) {
+  r.only_fields({"batch", "seqlen", "dec_seqlen", "fwd_ms", "bwd_ms", "bwd_input_ms", "bwd_weight_ms",
                  "stored_bytes", "peak_bytes"});
   ProfilePoint p;
-  p.batch = r.at("batch").as_int(1);
-  p.seqlen = r.at("seqlen").as_int(1);
+  p.batch = r["batch"].integer(1);
+  p.seqlen = r["seqlen"].integer(1);
   if (is_decoder) {
-    p.dec_seqlen = r.at("dec_seqlen").as_int(1);
+    p.dec_seqlen = r["dec_seqlen"].integer(1);
   } else if (r.has("dec_seqlen")) {
     r.fail_field("dec_seqlen", "absent outside a decoder table");
   }
-  p.fwd_ms = r.at("fwd_ms").as_double(0);
-  p.bwd_ms = r.at("bwd_ms").as_double(0);
+  p.fwd_ms = r["fwd_ms"].number(0);
+  p.bwd_ms = r["bwd_ms"].number(0);
   if (r.has("bwd_input_ms") != r.has("bwd_weight_ms")) {
     r.fail_field(r.has("bwd_input_ms") ? "bwd_weight_ms" : "bwd_input_ms",
                  "present when its counterpart (bwd_input_ms / bwd_weight_ms) is");
   }
   if (r.has("bwd_input_ms")) {
-    p.bwd_input_ms = r.at("bwd_input_ms").as_double(0);
-    p.bwd_weight_ms = r.at("bwd_weight_ms").as_double(0);
+    p.bwd_input_ms = r["bwd_input_ms"].number(0);
+    p.bwd_weight_ms = r["bwd_weight_ms"].number(0);
   }
-  p.stored_bytes = r.at("stored_bytes").as_int(0);
-  p.peak_bytes = r.at("peak_bytes").as_int(0);
+  p.stored_bytes = r["stored_bytes"].integer(0);
+  p.peak_bytes = r["peak_bytes"].integer(0);
   return p;
 }
 
 // Grid sanity: no duplicate shape, at least two batch values and two seqlen values (the
 // interpolation needs a cell), and (decoder) every (seqlen, dec_seqlen) pair measured at
 // some batch, so that missing points can be filled along the batch axis.
-void check_grid(const JsonReader& r, const std::vector<ProfilePoint>& points, bool is_decoder) {
+void check_grid(const JsonValue& r, const std::vector<ProfilePoint>& points, bool is_decoder) {
   std::set<std::tuple<std::int64_t, std::int64_t, std::int64_t>> seen;
   std::set<std::int64_t> batches, seqlens, dec_seqlens;
   std::set<std::pair<std::int64_t, std::int64_t>> rows;
   for (std::size_t i = 0; i < points.size(); ++i) {
     const ProfilePoint& p = points[i];
     if (!seen.insert({p.batch, p.seqlen, p.dec_seqlen}).second) {
-      r.at(i).fail(cat("a shape not listed before in this table (duplicate batch ", p.batch, ", seqlen ",
+      r[i].fail(cat("a shape not listed before in this table (duplicate batch ", p.batch, ", seqlen ",
                        p.seqlen, is_decoder ? cat(", dec_seqlen ", p.dec_seqlen) : std::string(), ")"));
     }
     batches.insert(p.batch);
@@ -96,19 +95,19 @@ void check_grid(const JsonReader& r, const std::vector<ProfilePoint>& points, bo
   }
 }
 
-ProfileLayer parse_layer(const JsonReader& r, ModelKind model_kind) {
-  r.expect_keys({"kind", "parameter_bytes", "points"});
+ProfileLayer parse_layer(const JsonValue& r, ModelKind model_kind) {
+  r.only_fields({"kind", "parameter_bytes", "points"});
   ProfileLayer layer;
-  const auto kind = parse_profile_layer_kind(r.at("kind").as_string());
+  const auto kind = parse_profile_layer_kind(r["kind"].string());
   std::vector<std::string> allowed;
   for (ProfileLayerKind k : kinds_of(model_kind)) allowed.emplace_back(profile_layer_kind_name(k));
   if (!kind || std::find(allowed.begin(), allowed.end(), profile_layer_kind_name(*kind)) == allowed.end()) {
     r.fail_field("kind", cat("one of ", join(allowed, ", "), " for a ", model_kind_name(model_kind), " model"));
   }
   layer.kind = *kind;
-  layer.parameter_bytes = r.at("parameter_bytes").as_int(0);
-  const JsonReader points = r.at("points");
-  points.expect_keys({"none", "selective", "full"});
+  layer.parameter_bytes = r["parameter_bytes"].integer(0);
+  const JsonValue points = r["points"];
+  points.only_fields({"none", "selective", "full"});
   const bool is_decoder = layer.kind == ProfileLayerKind::Decoder;
   for (Recompute mode : kModes) {
     const std::string name(recompute_name(mode));
@@ -119,11 +118,10 @@ ProfileLayer parse_layer(const JsonReader& r, ModelKind model_kind) {
       }
       continue;
     }
-    const JsonReader list = points.at(name);
-    list.expect_array();
+    const JsonValue list = points[name];
     auto& out = layer.points[static_cast<int>(mode)];
     for (std::size_t i = 0; i < list.size(); ++i) {
-      const JsonReader item = list.at(i);
+      const JsonValue item = list[i];
       item.expect_object();
       out.push_back(parse_point(item, is_decoder));
     }
@@ -253,14 +251,14 @@ std::string profile_to_json(const Profile& profile) {
 }
 
 Profile parse_profile(const std::string& json, const std::string& where) {
-  const nlohmann::json root = JsonReader::parse(json, where);
-  const JsonReader r(root, where, "");
-  r.expect_keys({"format", "version", "model", "device", "bytes_per_element", "tensor_parallel", "layers"});
-  if (r.at("format").as_string() != kFormat) r.fail_field("format", cat("\"", kFormat, "\""));
-  r.at("version").as_int(kVersion, kVersion);
+  const JsonDocument document(json, where);
+  const JsonValue r = document.root();
+  r.only_fields({"format", "version", "model", "device", "bytes_per_element", "tensor_parallel", "layers"});
+  if (r["format"].string() != kFormat) r.fail_field("format", cat("\"", kFormat, "\""));
+  r["version"].integer(kVersion, kVersion);
 
   Profile profile;
-  const JsonReader model = r.at("model");
+  const JsonValue model = r["model"];
   model.expect_object();
   profile.model = detail::model_spec_from_json(model, "");
   try {
@@ -269,30 +267,29 @@ Profile parse_profile(const std::string& json, const std::string& where) {
     throw Error(ErrorKind::ParseError, cat(where, ": model: ", e.what()));
   }
 
-  const JsonReader device = r.at("device");
-  device.expect_keys({"name", "memory_bytes", "link_bandwidth_gbs", "link_latency_ms",
+  const JsonValue device = r["device"];
+  device.only_fields({"name", "memory_bytes", "link_bandwidth_gbs", "link_latency_ms",
                       "allreduce_bandwidth_gbs", "peak_tflops", "memory_bandwidth_gbs"});
-  profile.device.name = device.at("name").as_string();
-  profile.device.memory_bytes = device.at("memory_bytes").as_int(0);
-  profile.device.link_bandwidth_gbs = device.at("link_bandwidth_gbs").as_double(0);
-  profile.device.link_latency_ms = device.at("link_latency_ms").as_double(0);
-  profile.device.allreduce_bandwidth_gbs = device.at("allreduce_bandwidth_gbs").as_double(0);
-  if (device.has("peak_tflops")) profile.device.peak_tflops = device.at("peak_tflops").as_double(0);
+  profile.device.name = device["name"].string();
+  profile.device.memory_bytes = device["memory_bytes"].integer(0);
+  profile.device.link_bandwidth_gbs = device["link_bandwidth_gbs"].number(0);
+  profile.device.link_latency_ms = device["link_latency_ms"].number(0);
+  profile.device.allreduce_bandwidth_gbs = device["allreduce_bandwidth_gbs"].number(0);
+  if (device.has("peak_tflops")) profile.device.peak_tflops = device["peak_tflops"].number(0);
   if (device.has("memory_bandwidth_gbs")) {
-    profile.device.memory_bandwidth_gbs = device.at("memory_bandwidth_gbs").as_double(0);
+    profile.device.memory_bandwidth_gbs = device["memory_bandwidth_gbs"].number(0);
   }
-  profile.device.bytes_per_element = static_cast<int>(r.at("bytes_per_element").as_int(1, 8));
+  profile.device.bytes_per_element = static_cast<int>(r["bytes_per_element"].integer(1, 8));
   if (r.has("tensor_parallel")) {
-    profile.tensor_parallel = static_cast<int>(r.at("tensor_parallel").as_int(1, 1024));
+    profile.tensor_parallel = static_cast<int>(r["tensor_parallel"].integer(1, 1024));
     if (profile.model.heads % profile.tensor_parallel != 0) {
-      r.at("tensor_parallel").fail(cat("a divisor of the model's ", profile.model.heads, " heads"));
+      r["tensor_parallel"].fail(cat("a divisor of the model's ", profile.model.heads, " heads"));
     }
   }
 
-  const JsonReader layers = r.at("layers");
-  layers.expect_array();
+  const JsonValue layers = r["layers"];
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    const JsonReader item = layers.at(i);
+    const JsonValue item = layers[i];
     item.expect_object();
     ProfileLayer layer = parse_layer(item, profile.model.kind);
     if (profile.find(layer.kind)) item.fail_field("kind", "a kind not listed before");

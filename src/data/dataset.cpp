@@ -1,67 +1,23 @@
 #include "dynapipe/data/dataset.h"
 
-#include <nlohmann/json.hpp>
-
-#include <limits>
-#include <optional>
-#include <string_view>
+#include <algorithm>
 
 #include "data/gz_io.h"
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/json_reader.h"
 
 namespace dynapipe {
 
 namespace {
 
-using nlohmann::json;
-
-constexpr std::size_t kMaxShownValueChars = 40;
-
-// A JSON value as the user wrote it, shortened for a one-line message.
-std::string shown(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > kMaxShownValueChars) text = text.substr(0, kMaxShownValueChars) + "...";
-  return text;
+// Lengths past int64 saturate: truncation shortens them anyway (docs/data.md).
+std::int64_t positive_length(const JsonValue& value) {
+  return static_cast<std::int64_t>(std::min<std::uint64_t>(value.uint64(1), JsonValue::kMaxInt));
 }
 
-std::string_view json_type_name(const json& value) {
-  if (value.is_number_integer()) return "integer";
-  return value.type_name();
-}
-
-// The message nlohmann puts after its "[json.exception.parse_error.101] " tag.
-// Any nlohmann exception from parsing (a syntax error, or a number too large for any
-// type: out_of_range 406), without its "[json.exception...]" tag.
-std::string parse_error_reason(const json::exception& e) {
-  std::string_view what = e.what();
-  const std::size_t tag_end = what.find("] ");
-  if (tag_end != std::string_view::npos) what.remove_prefix(tag_end + 2);
-  return std::string(what);
-}
-
-// Positive integer field; values beyond int64 saturate (truncation shortens them anyway).
-std::int64_t positive_integer(const json& line, const char* key, const std::string& where) {
-  const json& value = line.at(key);
-  if (value.is_number_unsigned()) {
-    const auto v = value.get<std::uint64_t>();
-    if (v >= 1) {
-      return static_cast<std::int64_t>(
-          std::min<std::uint64_t>(v, std::numeric_limits<std::int64_t>::max()));
-    }
-  } else if (value.is_number_integer() && value.get<std::int64_t>() >= 1) {
-    return value.get<std::int64_t>();
-  }
-  throw Error(ErrorKind::ParseError,
-              cat(where, ": \"", key, "\" must be a positive integer, got ", shown(value)));
-}
-
-const std::string& non_empty_string(const json& line, const char* key, const std::string& where) {
-  const json& value = line.at(key);
-  if (!value.is_string() || value.get_ref<const std::string&>().empty()) {
-    throw Error(ErrorKind::ParseError,
-                cat(where, ": \"", key, "\" must be a non-empty string, got ", shown(value)));
-  }
-  return value.get_ref<const std::string&>();
+std::string non_empty_string(const JsonValue& value) {
+  if (!value.is_string() || value.string().empty()) value.fail("a non-empty string");
+  return value.string();
 }
 
 }  // namespace
@@ -139,45 +95,16 @@ Dataset Dataset::load(const std::string& path, const TruncationLimits& limits) {
     if (text.find_first_not_of(" \t") == std::string::npos) continue;
     const std::int64_t line_number = reader.line_number();
     const std::string where = cat(path, ":", line_number);
-    json line;
-    try {
-      line = json::parse(text);
-    } catch (const json::exception& e) {
-      throw Error(ErrorKind::ParseError, cat(where, ": line must be a JSON object, got malformed JSON (",
-                                             parse_error_reason(e), ")"));
-    }
-    if (!line.is_object()) {
-      throw Error(ErrorKind::ParseError,
-                  cat(where, ": line must be a JSON object, got ", json_type_name(line)));
-    }
+    const JsonDocument document(text, where, "line");
+    const JsonValue line = document.root();
+    line.expect_object();
 
-    SampleId id = line_number - 1;
-    const bool default_id = !line.contains("id");
-    if (!default_id) {
-      const json& value = line["id"];
-      if (!value.is_number_integer() ||
-          (!value.is_number_unsigned() && value.get<std::int64_t>() < 0) ||
-          (value.is_number_unsigned() &&
-           value.get<std::uint64_t>() >
-               static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))) {
-        throw Error(ErrorKind::ParseError,
-                    cat(where, ": \"id\" must be a non-negative integer, got ", shown(value)));
-      }
-      id = value.get<std::int64_t>();
-    }
+    const bool default_id = !line.has("id");
+    const SampleId id = default_id ? line_number - 1 : line["id"].integer(0);
+    const std::int32_t task = line.has("task") ? builder.task_index(line["task"].string()) : -1;
 
-    std::int32_t task = -1;
-    if (line.contains("task")) {
-      const json& value = line["task"];
-      if (!value.is_string()) {
-        throw Error(ErrorKind::ParseError,
-                    cat(where, ": \"task\" must be a string, got ", shown(value)));
-      }
-      task = builder.task_index(value.get_ref<const std::string&>());
-    }
-
-    const bool has_lengths = line.contains("input_len") || line.contains("target_len");
-    const bool has_text = line.contains("input") || line.contains("target");
+    const bool has_lengths = line.has("input_len") || line.has("target_len");
+    const bool has_text = line.has("input") || line.has("target");
     if (has_lengths && has_text) {
       throw Error(ErrorKind::ParseError,
                   cat(where, ": sample must have either lengths (\"input_len\", \"target_len\") "
@@ -188,23 +115,19 @@ Dataset Dataset::load(const std::string& path, const TruncationLimits& limits) {
                   cat(where, ": sample must have \"input_len\" and \"target_len\" (lengths) or "
                              "\"input\" and \"target\" (text), got neither"));
     }
-    const char* first_key = has_text ? "input" : "input_len";
-    const char* second_key = has_text ? "target" : "target_len";
-    for (const char* key : {first_key, second_key}) {
-      if (!line.contains(key)) {
-        throw Error(ErrorKind::ParseError, cat(where, ": sample must have \"", first_key,
-                                               "\" and \"", second_key, "\", got no \"", key, "\""));
-      }
-    }
+    const char* first = has_text ? "input" : "input_len";
+    const char* second = has_text ? "target" : "target_len";
+    if (!line.has(first)) line.fail_field(first, cat("present with ", second));
+    if (!line.has(second)) line.fail_field(second, cat("present with ", first));
     if (has_text) {
-      const std::string& input = non_empty_string(line, "input", where);
-      const std::string& target = non_empty_string(line, "target", where);
+      const std::string input = non_empty_string(line["input"]);
+      const std::string target = non_empty_string(line["target"]);
       builder.add(id, default_id, line_number, where, task,
                   static_cast<std::int64_t>(input.size()), static_cast<std::int64_t>(target.size()),
                   &input, &target);
     } else {
-      const std::int64_t input_len = positive_integer(line, "input_len", where);
-      const std::int64_t target_len = positive_integer(line, "target_len", where);
+      const std::int64_t input_len = positive_length(line["input_len"]);
+      const std::int64_t target_len = positive_length(line["target_len"]);
       builder.add(id, default_id, line_number, where, task, input_len, target_len);
     }
   }

@@ -6,10 +6,10 @@
 #include "dynapipe/plan/plan_json.h"
 
 #include <cmath>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/json_reader.h"
 #include "dynapipe/core/strings.h"
 
 namespace dynapipe {
@@ -188,113 +188,12 @@ std::string dump(const Json& j, int indent) {
 
 // ---------------------------------------------------------------------------- reading
 
-// A JSON value and its path ("iterations[2].replicas[0]"); every getter names the path
-// of what it reads when it throws.
-class Node {
- public:
-  Node(const Json& value, std::string path, const std::string& where)
-      : value_(value), path_(std::move(path)), where_(where) {}
-
-  const Json& value() const { return value_; }
-  const std::string& path() const { return path_; }
-
-  [[noreturn]] void fail(const std::string& expected) const { fail_at(path_, expected, describe(&value_)); }
-
-  [[noreturn]] void fail_key(const char* key, const std::string& expected) const {
-    fail_at(child_path(key), expected, has(key) ? describe(&value_[key]) : "nothing");
-  }
-  bool has(const char* key) const { return value_.is_object() && value_.contains(key); }
-  Node operator[](const char* key) const {
-    expect_object();
-    auto it = value_.find(key);
-    std::string path = child_path(key);
-    if (it == value_.end()) fail_at(path, "present", "nothing");
-    return Node(*it, std::move(path), where_);
-  }
-  Node operator[](std::size_t index) const {
-    return Node(value_[index], cat(path_, '[', index, ']'), where_);
-  }
-
-  void expect_object() const {
-    if (!value_.is_object()) fail("an object");
-  }
-  std::size_t array_size() const {
-    if (!value_.is_array()) fail("an array");
-    return value_.size();
-  }
-  std::int64_t int64(std::int64_t lo = std::numeric_limits<std::int64_t>::min(),
-                     std::int64_t hi = std::numeric_limits<std::int64_t>::max()) const {
-    bool ok = value_.is_number_integer() &&
-              !(value_.is_number_unsigned() &&
-                value_.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()));
-    std::int64_t v = ok ? value_.get<std::int64_t>() : 0;
-    if (!ok) fail("an integer");
-    if (lo == hi && v != lo) fail(cat(lo));
-    if (v < lo) fail(cat("an integer >= ", lo));
-    if (v > hi) fail(cat("an integer <= ", hi));
-    return v;
-  }
-  int int32(int lo = 0, int hi = std::numeric_limits<int>::max()) const { return static_cast<int>(int64(lo, hi)); }
-  std::uint64_t uint64() const {
-    if (!value_.is_number_unsigned() && !(value_.is_number_integer() && value_.get<std::int64_t>() >= 0)) {
-      fail("an unsigned integer");
-    }
-    return value_.get<std::uint64_t>();
-  }
-  double number() const {
-    if (!value_.is_number()) fail("a number");
-    double v = value_.get<double>();
-    if (!std::isfinite(v)) fail("a finite number");
-    return v;
-  }
-  std::string string() const {
-    if (!value_.is_string()) fail("a string");
-    return value_.get<std::string>();
-  }
-
-  template <typename T, typename Read>
-  std::vector<T> list(Read read) const {
-    std::size_t n = array_size();
-    std::vector<T> out;
-    out.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) out.push_back(read((*this)[i]));
-    return out;
-  }
-  std::vector<std::int64_t> int64s(std::int64_t lo = std::numeric_limits<std::int64_t>::min()) const {
-    return list<std::int64_t>([lo](const Node& n) { return n.int64(lo); });
-  }
-  std::vector<double> numbers() const {
-    return list<double>([](const Node& n) { return n.number(); });
-  }
-
- private:
-  std::string child_path(const char* key) const { return path_.empty() ? key : cat(path_, '.', key); }
-  static std::string describe(const Json* value) {
-    std::string text = value->dump(-1, ' ', false, Json::error_handler_t::replace);
-    if (text.size() > 40) text = text.substr(0, 37) + "...";
-    return text;
-  }
-  [[noreturn]] void fail_at(const std::string& path, const std::string& expected, const std::string& got) const {
-    throw Error(ErrorKind::ParseError,
-                cat(where_, ": ", path.empty() ? "the document" : path, " must be ", expected, ", got ", got));
-  }
-
-  const Json& value_;
-  std::string path_;
-  const std::string& where_;
-};
-
-ModelSpec model_from(const Node& n) {
+ModelSpec model_from(const JsonValue& n) {
   ModelSpec m;
   m.name = n["name"].string();
-  std::string kind = n["kind"].string();
-  if (kind == "gpt") {
-    m.kind = ModelKind::Gpt;
-  } else if (kind == "t5") {
-    m.kind = ModelKind::T5;
-  } else {
-    n["kind"].fail("\"gpt\" or \"t5\"");
-  }
+  const std::optional<ModelKind> kind = parse_model_kind(n["kind"].string());
+  if (!kind) n["kind"].fail("\"gpt\" or \"t5\"");
+  m.kind = *kind;
   m.hidden = n["hidden"].int32();
   m.heads = n["heads"].int32();
   m.kv_channels = n["kv_channels"].int32();
@@ -312,13 +211,13 @@ std::string quoted_list(const std::vector<std::string_view>& names) {
   return cat("one of ", out);
 }
 
-Strategy strategy_from(const Node& n) {
+Strategy strategy_from(const JsonValue& n) {
   const std::optional<Strategy> strategy = parse_strategy(n.string());
   if (!strategy) n.fail(quoted_list(strategy_names()));
   return *strategy;
 }
 
-ScheduleKind schedule_from(const Node& n, bool allow_auto) {
+ScheduleKind schedule_from(const JsonValue& n, bool allow_auto) {
   std::vector<std::string_view> names = schedule_kind_names();
   if (!allow_auto) names.erase(names.begin());
   const std::optional<ScheduleKind> kind = parse_schedule_kind(n.string());
@@ -326,7 +225,7 @@ ScheduleKind schedule_from(const Node& n, bool allow_auto) {
   return *kind;
 }
 
-PlanConfig config_from(const Node& n) {
+PlanConfig config_from(const JsonValue& n) {
   PlanConfig c;
   c.model = model_from(n["model"]);
   c.samples_path = n["samples_path"].string();
@@ -338,24 +237,24 @@ PlanConfig config_from(const Node& n) {
   c.dp = n["dp"].int32(1);
   c.zero = n.has("zero") ? n["zero"].int32(0, 1) : 0;  // added after format v1: optional
   c.chunks = n["chunks"].int32(1);
-  c.max_seqlen = n["max_seqlen"].int64(0);
-  c.max_target_len = n["max_target_len"].int64(0);
-  c.global_batch_tokens = n["global_batch_tokens"].int64(0);
+  c.max_seqlen = n["max_seqlen"].integer(0);
+  c.max_target_len = n["max_target_len"].integer(0);
+  c.global_batch_tokens = n["global_batch_tokens"].integer(0);
   c.memory_limit_gib = n["memory_limit_gib"].number();
   c.seqlen_multiple = n["seqlen_multiple"].int32(1);
   c.seed = n["seed"].uint64();
-  c.iterations = n["iterations"].int64(0);
-  if (n.has("micro_batch_size")) c.micro_batch_size = n["micro_batch_size"].int64(0);
+  c.iterations = n["iterations"].integer(0);
+  if (n.has("micro_batch_size")) c.micro_batch_size = n["micro_batch_size"].integer(0);
   if (n.has("recompute")) {
-    const Node recompute = n["recompute"];
+    const JsonValue recompute = n["recompute"];
     const auto mode = parse_recompute(recompute.string());
     if (!mode) recompute.fail("one of \"none\", \"selective\", \"full\"");
     c.recompute = *mode;
   }
   if (n.has("layers_per_stage")) {
-    const Node counts = n["layers_per_stage"];
+    const JsonValue counts = n["layers_per_stage"];
     std::vector<int> per_stage;
-    for (std::int64_t count : counts.int64s(1)) per_stage.push_back(static_cast<int>(count));
+    for (std::int64_t count : counts.integers(1)) per_stage.push_back(static_cast<int>(count));
     if (static_cast<int>(per_stage.size()) != c.pp) counts.fail(cat("pp (", c.pp, ") layer counts"));
     try {
       c.stage_layers = assign_layers(c.model, per_stage);
@@ -366,10 +265,10 @@ PlanConfig config_from(const Node& n) {
   return c;
 }
 
-Instruction instruction_from(const Node& n) {
+Instruction instruction_from(const JsonValue& n) {
   n.expect_object();
   Instruction in;
-  Node op = n["op"];
+  JsonValue op = n["op"];
   std::string name = op.string();
   auto parsed = parse_instruction_op(name);
   if (!parsed) op.fail("an instruction op (LoadInput, Forward, Backward, ..., OptimizerStep)");
@@ -377,13 +276,13 @@ Instruction instruction_from(const Node& n) {
   if (n.has("mb")) in.mb = n["mb"].int32();
   if (n.has("stage")) in.stage = n["stage"].int32();
   if (n.has("peer")) in.peer = n["peer"].int32();
-  if (n.has("shape")) in.shape = n["shape"].int64s(1);
+  if (n.has("shape")) in.shape = n["shape"].integers(1);
   if (n.has("buffer")) in.buffer = n["buffer"].int32();
-  if (n.has("inputs")) in.inputs = n["inputs"].list<int>([](const Node& x) { return x.int32(); });
+  if (n.has("inputs")) in.inputs = n["inputs"].list<int>([](const JsonValue& x) { return x.int32(); });
   return in;
 }
 
-OpKind op_kind_from(const Node& n) {
+OpKind op_kind_from(const JsonValue& n) {
   std::string s = n.string();
   if (s == "F") return OpKind::F;
   if (s == "B") return OpKind::B;
@@ -392,53 +291,53 @@ OpKind op_kind_from(const Node& n) {
   n.fail("one of \"F\", \"B\", \"I\", \"W\"");
 }
 
-ReplicaPlan replica_from(const Node& n, ModelKind model) {
+ReplicaPlan replica_from(const JsonValue& n, ModelKind model) {
   n.expect_object();
   ReplicaPlan r;
-  Node mbs = n["microbatches"];
-  std::size_t count = mbs.array_size();
+  JsonValue mbs = n["microbatches"];
+  std::size_t count = mbs.size();
   bool with_estimates = count > 0 && mbs[std::size_t{0}].has("est_fwd_ms");
   for (std::size_t i = 0; i < count; ++i) {
-    Node m = mbs[i];
+    JsonValue m = mbs[i];
     m.expect_object();
     MicroBatch mb;
     mb.id = m["id"].int32(static_cast<int>(i), static_cast<int>(i));
-    mb.sample_ids = m["sample_ids"].int64s();
-    if (m.has("rows")) mb.rows = m["rows"].list<std::vector<SampleId>>([](const Node& row) { return row.int64s(); });
-    Node shape = m["shape"];
-    mb.shape.batch = shape["batch"].int64(1);
+    mb.sample_ids = m["sample_ids"].integers();
+    if (m.has("rows")) mb.rows = m["rows"].list<std::vector<SampleId>>([](const JsonValue& row) { return row.integers(); });
+    JsonValue shape = m["shape"];
+    mb.shape.batch = shape["batch"].integer(1);
     if (model == ModelKind::Gpt) {
-      mb.shape.seqlen = shape["seqlen"].int64(1);
+      mb.shape.seqlen = shape["seqlen"].integer(1);
     } else {
-      mb.shape.seqlen = shape["enc_seqlen"].int64(1);
-      mb.shape.dec_seqlen = shape["dec_seqlen"].int64(1);
+      mb.shape.seqlen = shape["enc_seqlen"].integer(1);
+      mb.shape.dec_seqlen = shape["dec_seqlen"].integer(1);
     }
     if (m.has("density")) {
       mb.density.enc = m["density"]["enc"].number();
       mb.density.dec = m["density"]["dec"].number();
     }
-    mb.real_tokens = m["real_tokens"].int64(0);
-    mb.target_tokens = m["target_tokens"].int64(0);
+    mb.real_tokens = m["real_tokens"].integer(0);
+    mb.target_tokens = m["target_tokens"].integer(0);
     if (m.has("est_fwd_ms") != with_estimates) {
-      m.fail_key("est_fwd_ms", "present on every micro-batch or on none");
+      m.fail_field("est_fwd_ms", "present on every micro-batch or on none");
     }
     if (with_estimates) {
       MicroBatchEstimate e;
       e.fwd_ms = m["est_fwd_ms"].numbers();
       e.bwd_ms = m["est_bwd_ms"].numbers();
-      e.activation_bytes = m["est_activation_bytes"].int64s(0);
+      e.activation_bytes = m["est_activation_bytes"].integers(0);
       r.estimates.push_back(std::move(e));
     }
     r.microbatches.push_back(std::move(mb));
   }
   r.schedule = schedule_from(n["schedule"], /*allow_auto=*/false);
-  Node recompute = n["recompute"];
+  JsonValue recompute = n["recompute"];
   auto mode = parse_recompute(recompute.string());
   if (!mode) recompute.fail("one of \"none\", \"selective\", \"full\"");
   r.recompute = *mode;
   r.est_iteration_ms = n["est_iteration_ms"].number();
-  r.est_peak_memory_bytes = n["est_peak_memory_bytes"].int64s(0);
-  r.timeline = n["timeline"].list<TimedOp>([](const Node& t) {
+  r.est_peak_memory_bytes = n["est_peak_memory_bytes"].integers(0);
+  r.timeline = n["timeline"].list<TimedOp>([](const JsonValue& t) {
     t.expect_object();
     TimedOp op;
     op.op.stage = t["stage"].int32();
@@ -449,7 +348,7 @@ ReplicaPlan replica_from(const Node& n, ModelKind model) {
     op.device = t.has("device") ? t["device"].int32() : 0;
     return op;
   });
-  r.executors = n["executors"].list<ExecutorProgram>([](const Node& e) {
+  r.executors = n["executors"].list<ExecutorProgram>([](const JsonValue& e) {
     e.expect_object();
     ExecutorProgram p;
     p.rank = e["rank"].int32();
@@ -461,42 +360,29 @@ ReplicaPlan replica_from(const Node& n, ModelKind model) {
   return r;
 }
 
-IterationPlan iteration_from(const Node& n, ModelKind model) {
+IterationPlan iteration_from(const JsonValue& n, ModelKind model) {
   n.expect_object();
   IterationPlan it;
-  it.index = n["index"].int64(0);
-  it.sample_ids = n["sample_ids"].int64s();
-  it.truncated_ids = n["truncated_ids"].int64s();
-  it.replicas = n["replicas"].list<ReplicaPlan>([model](const Node& r) { return replica_from(r, model); });
+  it.index = n["index"].integer(0);
+  it.sample_ids = n["sample_ids"].integers();
+  it.truncated_ids = n["truncated_ids"].integers();
+  it.replicas = n["replicas"].list<ReplicaPlan>([model](const JsonValue& r) { return replica_from(r, model); });
   it.est_iteration_ms = n["est_iteration_ms"].number();
   it.padding_efficiency = n["padding_efficiency"].number();
   it.planning_ms = n["planning_ms"].number();
   return it;
 }
 
-PlanSummary summary_from(const Node& n) {
+PlanSummary summary_from(const JsonValue& n) {
   n.expect_object();
   PlanSummary s;
-  s.iterations = n["iterations"].int64(0);
+  s.iterations = n["iterations"].integer(0);
   s.mean_est_iteration_ms = n["mean_est_iteration_ms"].number();
   s.est_tokens_per_s = n["est_tokens_per_s"].number();
   s.padding_efficiency = n["padding_efficiency"].number();
   s.mean_planning_ms = n["mean_planning_ms"].number();
   s.p99_planning_ms = n["p99_planning_ms"].number();
   return s;
-}
-
-Json parse(const std::string& text, const std::string& where) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::exception& e) {
-    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, ...".
-    std::string what = e.what();
-    auto bracket = what.find("] ");
-    throw Error(ErrorKind::ParseError,
-                cat(where, ": the document must be valid JSON, got ",
-                    bracket == std::string::npos ? what : what.substr(bracket + 2)));
-  }
 }
 
 }  // namespace
@@ -514,15 +400,15 @@ std::string plan_to_json(const ExecutionPlan& plan, int indent) {
 }
 
 ExecutionPlan plan_from_json(const std::string& text, const std::string& where) {
-  Json j = parse(text, where);
-  Node root(j, "", where);
+  const JsonDocument document(text, where);
+  const JsonValue root = document.root();
   root.expect_object();
   if (root["format"].string() != "dynapipe-plan") root["format"].fail("\"dynapipe-plan\"");
-  root["version"].int64(kPlanFormatVersion, kPlanFormatVersion);
+  root["version"].integer(kPlanFormatVersion, kPlanFormatVersion);
   ExecutionPlan plan;
   plan.config = config_from(root["config"]);
   ModelKind model = plan.config.model.kind;
-  plan.iterations = root["iterations"].list<IterationPlan>([model](const Node& n) { return iteration_from(n, model); });
+  plan.iterations = root["iterations"].list<IterationPlan>([model](const JsonValue& n) { return iteration_from(n, model); });
   plan.summary = summary_from(root["summary"]);
   return plan;
 }
@@ -532,8 +418,8 @@ std::string iteration_to_json(const IterationPlan& iteration, ModelKind model, i
 }
 
 IterationPlan iteration_from_json(const std::string& text, ModelKind model, const std::string& where) {
-  Json j = parse(text, where);
-  return iteration_from(Node(j, "", where), model);
+  const JsonDocument document(text, where);
+  return iteration_from(document.root(), model);
 }
 
 std::string summary_to_json(const PlanSummary& summary, int indent) {
@@ -541,8 +427,8 @@ std::string summary_to_json(const PlanSummary& summary, int indent) {
 }
 
 PlanSummary summary_from_json(const std::string& text, const std::string& where) {
-  Json j = parse(text, where);
-  return summary_from(Node(j, "", where));
+  const JsonDocument document(text, where);
+  return summary_from(document.root());
 }
 
 }  // namespace dynapipe

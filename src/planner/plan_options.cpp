@@ -74,7 +74,8 @@ std::vector<PlanOptionSpec> make_table() {
                "Device memory per executor, GiB (default: the device's)", &O::memory_limit_gib, 0,
                1e6, {}, false));
   t.push_back(row("--cost-model", "cost_model",
-               "analytic:<device> (a100-40g, a100-80g, h100-80g, cpu) or a profile JSON",
+               "analytic:<device> (a100-40g, a100-80g, h100-80g, cpu), a100-measured (gpt-6.7b, t5-11b) or "
+               "a profile JSON",
                &O::cost_model));
   t.push_back(row("--iterations", "iterations", "Only the first N global batches (0: all)",
                &O::iterations, 0, kMaxTokens, {}, false));

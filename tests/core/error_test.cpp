@@ -44,5 +44,13 @@ TEST(ModelKindTest, RecomputeNamesRoundTrip) {
   EXPECT_FALSE(parse_recompute("sometimes").has_value());
 }
 
+TEST(ModelKindTest, ModelKindNamesRoundTrip) {
+  EXPECT_EQ(parse_model_kind("gpt"), ModelKind::Gpt);
+  EXPECT_EQ(parse_model_kind("t5"), ModelKind::T5);
+  EXPECT_EQ(parse_model_kind(model_kind_name(ModelKind::T5)), ModelKind::T5);
+  EXPECT_FALSE(parse_model_kind("bert").has_value());
+  EXPECT_FALSE(parse_model_kind("GPT").has_value());
+}
+
 }  // namespace
 }  // namespace dynapipe

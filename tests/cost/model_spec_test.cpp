@@ -211,8 +211,12 @@ TEST(ModelSpecTest, MalformedFilesNameTheField) {
         parse_model_spec(R"({"kind": "gpt", "hidden": 64, "heads": 4, "ffn_hidden": 1, "layers": 1,
                             "vocab": 1, "max_positions": 1, "hiden": 3})", "m.json");
       },
-      ErrorKind::ParseError, {"hiden is not a known field"});
-  expect_error([] { parse_model_spec("{not json", "m.json"); }, ErrorKind::ParseError, {"m.json", "not valid JSON"});
+      ErrorKind::ParseError, {"m.json: hiden must be absent (not a field here; the fields are name, kind, hidden,", "got 3"});
+  expect_error([] { parse_model_spec("{not json", "m.json"); }, ErrorKind::ParseError, {"m.json: the document must be valid JSON, got parse error at line 1"});
+  expect_error([] { parse_model_spec(R"({"kind": "gpt", "hidden": 25769E803776})", "m.json"); }, ErrorKind::ParseError,
+               {"m.json: hidden must be a number a double can hold, got 25769E803776"});
+  expect_error([] { parse_model_spec(R"({"kind": "gpt", "hidden": "64"})", "m.json"); }, ErrorKind::ParseError,
+               {"m.json: hidden must be an integer in [1, 1073741824], got \"64\""});
   // Well-formed but inconsistent: validate() names the field.
   expect_error(
       [] {

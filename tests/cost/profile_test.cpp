@@ -256,20 +256,27 @@ TEST(ProfileTest, MalformedProfilesNameTheJsonPath) {
   expect_error([&] { parse_profile(broken("dynapipe-profile", "dynapipe-plan"), "p.json"); }, ErrorKind::ParseError,
                {"p.json: format must be \"dynapipe-profile\"", "\"dynapipe-plan\""});
   expect_error([&] { parse_profile(broken("\"version\": 1", "\"version\": 2"), "p.json"); }, ErrorKind::ParseError,
-               {"version must be an integer in [1, 1], got 2"});
+               {"p.json: version must be 1, got 2"});
   expect_error([&] { parse_profile(broken("{\"batch\":1,\"seqlen\":64,\"fwd_ms\":", "{\"batch\":1,\"seqlen\":64,\"fwd_ms\":-"),
                                    "p.json"); },
                ErrorKind::ParseError, {"layers[0].points.none[0].fwd_ms must be a finite number >= 0"});
   expect_error([&] { parse_profile(broken("\"selective\":", "\"selectiv\":"), "p.json"); }, ErrorKind::ParseError,
-               {"layers[1].points.selectiv is not a known field"});
+               {"p.json: layers[1].points.selectiv must be absent (not a field here; the fields are none, selective, full), got [{"});
   expect_error([&] { parse_profile(broken("\"kind\": \"head\"", "\"kind\": \"encoder\""), "p.json"); },
                ErrorKind::ParseError, {"layers[2].kind must be one of embedding, layer, head for a gpt model"});
   expect_error([&] { parse_profile(broken("\"stored_bytes\":", "\"stored\":"), "p.json"); }, ErrorKind::ParseError,
-               {"layers[0].points.none[0].stored is not a known field"});
+               {"p.json: layers[0].points.none[0].stored must be absent (not a field here; the fields are batch, seqlen,"});
   expect_error([&] { parse_profile(broken("\"hidden\":128", "\"hidden\":0"), "p.json"); }, ErrorKind::ParseError,
                {"model.hidden must be an integer in [1,"});
   expect_error([&] { parse_profile(good.substr(0, good.size() / 2), "p.json"); }, ErrorKind::ParseError,
-               {"p.json: not valid JSON"});
+               {"p.json: ", " must be valid JSON, got parse error at line "});
+  expect_error([&] { parse_profile(broken("{\"batch\":1,", "{\"batch\":\"1\","), "p.json"); }, ErrorKind::ParseError,
+               {"p.json: layers[0].points.none[0].batch must be an integer >= 1, got \"1\""});
+  expect_error([&] { parse_profile(broken("{\"batch\":1,\"seqlen\":64,\"fwd_ms\":", "{\"batch\":1,\"seqlen\":64,\"fwd_ms\":1e999,\"x\":"),
+                                   "p.json"); },
+               ErrorKind::ParseError, {"p.json: layers[0].points.none[0].fwd_ms must be a number a double can hold, got 1e999"});
+  expect_error([&] { parse_profile(broken("\"bytes_per_element\": 4", "\"bytes_per_element\": 9"), "p.json"); },
+               ErrorKind::ParseError, {"p.json: bytes_per_element must be an integer in [1, 8], got 9"});
 
   Profile p = analytic_profile("gpt-tiny", kGrid);
   p.layers.pop_back();  // no head

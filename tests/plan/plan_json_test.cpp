@@ -104,7 +104,12 @@ TEST(PlanJsonTest, ErrorsNameTheJsonPath) {
                      "plan.json: iterations[2].replicas[0].executors[1].instructions[7].op must be an instruction op "
                      "(LoadInput, Forward, Backward, ..., OptimizerStep), got \"Fwd\"");
   expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["executors"][0]["instructions"][1]["mb"] = "x"; }),
-                     "iterations[0].replicas[0].executors[0].instructions[1].mb must be an integer, got \"x\"");
+                     "iterations[0].replicas[0].executors[0].instructions[1].mb must be an integer in [0, 2147483647], got \"x\"");
+  expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["executors"][1]["instructions"][5]["shape"] = "x"; }),
+                     "plan.json: iterations[0].replicas[0].executors[1].instructions[5].shape must be an array of integers >= 1, "
+                     "got \"x\"");
+  expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["executors"][1]["instructions"][5]["shape"] = {4, 0}; }),
+                     "iterations[0].replicas[0].executors[1].instructions[5].shape[1] must be an integer >= 1, got 0");
   expect_parse_error(with([](Json& c) { c["iterations"][1]["replicas"][0]["microbatches"][1]["shape"].erase("seqlen"); }),
                      "iterations[1].replicas[0].microbatches[1].shape.seqlen must be present, got nothing");
   expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["timeline"][3]["op"] = "X"; }),
@@ -112,16 +117,20 @@ TEST(PlanJsonTest, ErrorsNameTheJsonPath) {
   expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["recompute"] = "some"; }),
                      "iterations[0].replicas[0].recompute must be one of");
   expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["microbatches"][0]["est_fwd_ms"][0] = nullptr; }),
-                     "microbatches[0].est_fwd_ms[0] must be a number, got null");
+                     "microbatches[0].est_fwd_ms[0] must be a finite number, got null");
   expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["microbatches"][1].erase("est_fwd_ms"); }),
                      "microbatches[1].est_fwd_ms must be present on every micro-batch or on none, got nothing");
   expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["microbatches"][1]["id"] = 0; }),
                      "microbatches[1].id must be 1, got 0");
   expect_parse_error(with([](Json& c) { c["version"] = 2; }), "plan.json: version must be 1, got 2");
-  expect_parse_error(with([](Json& c) { c["config"]["pp"] = 0; }), "config.pp must be an integer >= 1, got 0");
+  expect_parse_error(with([](Json& c) { c["config"]["pp"] = 0; }), "config.pp must be an integer in [1, 2147483647], got 0");
   expect_parse_error(with([](Json& c) { c["config"]["model"]["kind"] = "bert"; }), "config.model.kind must be \"gpt\" or \"t5\"");
   expect_parse_error(with([](Json& c) { c["iterations"] = Json::object(); }), "iterations must be an array, got {}");
-  expect_parse_error("[1, 2", "plan.json: the document must be valid JSON, got parse error at line 1");
+  expect_parse_error(with([](Json& c) { c["config"]["zero"] = 2; }), "plan.json: config.zero must be an integer in [0, 1], got 2");
+  expect_parse_error(with([](Json& c) { c["config"].erase("seed"); }), "plan.json: config.seed must be present, got nothing");
+  expect_parse_error("[1, 2", "plan.json: [2] must be valid JSON, got parse error at line 1");
+  expect_parse_error("{\"format\": \"dynapipe-plan\", \"version\": 1, \"config\": {\"pp\": 25769E803776}}",
+                     "plan.json: config.pp must be a number a double can hold, got 25769E803776");
   expect_parse_error("42", "plan.json: the document must be an object, got 42");
   // Unknown keys are ignored.
   EXPECT_NO_THROW(plan_from_json(with([](Json& c) { c["config"]["future_field"] = 1; }), "plan.json"));

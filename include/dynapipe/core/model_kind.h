@@ -20,6 +20,7 @@ enum class Recompute : std::uint8_t {
 };
 
 std::string_view model_kind_name(ModelKind kind);  // "gpt", "t5"
+std::optional<ModelKind> parse_model_kind(std::string_view name);
 std::string_view recompute_name(Recompute mode);    // "none", "selective", "full"
 std::optional<Recompute> parse_recompute(std::string_view name);
 
