@@ -52,6 +52,9 @@ class CalibratedCostModel final : public CostModel {
     return base_->allreduce_ms(bytes, replicas);
   }
   std::string describe() const override { return base_->describe(); }
+  std::string extrapolation_warning(std::int64_t max_seqlen, std::int64_t max_dec_seqlen) const override {
+    return base_->extrapolation_warning(max_seqlen, max_dec_seqlen);
+  }
 
  private:
   std::shared_ptr<const CostModel> base_;

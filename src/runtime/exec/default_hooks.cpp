@@ -1,6 +1,7 @@
 // The real system behind `dynapipe train`: data/ global batches, planner/ Planner, and
 // runtime/model/ stage models + collate. This is the one file that binds the executor to
 // the modules it runs; each hook below is the single place to wire its module.
+#include <cstdio>
 #include <map>
 #include <mutex>
 
@@ -164,6 +165,8 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
   hooks.num_stages = static_cast<int>(layers.size());
 
   if (rank == 0) {
+    if (const std::string warning = planner->extrapolation_warning(); !warning.empty())
+      std::fprintf(stderr, "%s\n", warning.c_str());
     const std::shared_ptr<const std::vector<GlobalBatch>>& batches = data.batches;
     auto planned = std::make_shared<PlannedMemoryFactors>();
     if (calibration) {
