@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git
   libtorch-dev libopenblas0-openmp libgloo-dev libfmt-dev   # runtime/: LibTorch + c10d (Gloo)
+  libjemalloc-dev                                            # the dynapipe binary's allocator
   nlohmann-json3-dev libcli11-dev libspdlog-dev zlib1g-dev   # planner core
   libhiredis-dev redis-server                                # Redis plan store + its test
   libgtest-dev libgmock-dev libbenchmark-dev                 # tests and bench/

@@ -28,6 +28,8 @@ struct ProfileArgs {
   std::string out;
   std::string graph_txt;  // also write the layers as a PipeDream graph.txt
   double memory_limit_gib = 0;
+  std::int64_t max_seqlen = 2048;     // train's default --max-seqlen
+  std::int64_t max_target_len = 0;   // 0: max_seqlen
   bool no_progress = false;
   bool no_split_backward = false;
   runtime::ProfilerOptions options;
@@ -63,12 +65,21 @@ void setup_profile(CLI::App& app) {
   cmd->add_option("--graph-txt", args->graph_txt,
                   "Also write the per-layer profile in PipeDream's graph.txt format (largest grid shape), "
                   "for dynapipe partition");
+  cmd->add_option("--max-seqlen", args->max_seqlen,
+                  "Longest sequence (T5: encoder) train will use: the default --seqlens double from 64 up to it")
+      ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 20))->capture_default_str();
+  cmd->add_option("--max-target-len", args->max_target_len,
+                  "T5: longest decoder sequence train will use (default: --max-seqlen): the default --dec-seqlens "
+                  "double from 32 up to it")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
   cmd->add_option("--batch-sizes", o.grid.batches, "Micro-batch sizes, comma-separated")
       ->delimiter(',')->capture_default_str();
-  cmd->add_option("--seqlens", o.grid.seqlens, "Sequence lengths (T5: encoder), comma-separated")
-      ->delimiter(',')->capture_default_str();
-  cmd->add_option("--dec-seqlens", o.grid.dec_seqlens, "T5 decoder lengths, comma-separated")
-      ->delimiter(',')->capture_default_str();
+  auto* seqlens = cmd->add_option("--seqlens", o.grid.seqlens,
+                                  "Sequence lengths (T5: encoder), comma-separated (default: 64, 128, ... --max-seqlen)")
+                      ->delimiter(',');
+  auto* dec_seqlens = cmd->add_option("--dec-seqlens", o.grid.dec_seqlens,
+                                      "T5 decoder lengths, comma-separated (default: 32, 64, ... --max-target-len)")
+                          ->delimiter(',');
   cmd->add_option("--warmup", o.warmup, "Untimed runs per shape")->capture_default_str();
   cmd->add_option("--repeats", o.repeats, "Timed runs per shape (the median is kept)")
       ->capture_default_str();
@@ -81,8 +92,16 @@ void setup_profile(CLI::App& app) {
   cmd->add_flag("--no-split-backward", args->no_split_backward,
                 "Do not time backward_input/flush (bwd_input_ms, bwd_weight_ms are left out)");
   cmd->add_flag("--no-progress", args->no_progress, "No progress output on stderr");
-  cmd->callback([args] {
+  cmd->callback([args, seqlens, dec_seqlens] {
     auto& options = args->options;
+    // The grid covers every length train will ask about, so plans interpolate instead of
+    // extrapolating the quadratic attention linearly.
+    auto lengths_up_to = [](std::int64_t first, std::int64_t last) {
+      return doubling_lengths(std::min(first, last / 2), last);
+    };
+    if (seqlens->count() == 0) options.grid.seqlens = lengths_up_to(64, args->max_seqlen);
+    const std::int64_t max_target_len = args->max_target_len > 0 ? args->max_target_len : args->max_seqlen;
+    if (dec_seqlens->count() == 0) options.grid.dec_seqlens = lengths_up_to(32, std::max<std::int64_t>(2, max_target_len));
     const ModelSpec spec = load_model_spec(args->model);
     options.memory_limit_bytes = gib_to_bytes(args->memory_limit_gib);
     options.split_backward = !args->no_split_backward;

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <set>
+#include <string>
 
 #include "dynapipe/batching/megatron_packing.h"
 #include "dynapipe/core/strategy.h"
@@ -40,6 +42,10 @@ std::vector<GlobalBatch> load_global_batches(const PlanConfig& config) {
 PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
                         const char* label) {
   const Planner planner(config);
+  // Once per process: plan and simulate plan several strategies with one cost model.
+  static std::set<std::string> warned;
+  if (const std::string warning = planner.extrapolation_warning(); !warning.empty() && warned.insert(warning).second)
+    std::fprintf(stderr, "%s\n", warning.c_str());
   PlannedRun run;
   run.iterations.reserve(batches.size());
   const bool interactive = isatty(fileno(stderr));

@@ -5,6 +5,7 @@
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
+#include "dynapipe/cost/profile.h"
 
 namespace dynapipe {
 
@@ -12,8 +13,7 @@ namespace {
 
 // The first observation is taken whole (the model may be off by 10x on a new machine);
 // later ones are averaged geometrically, so one noisy step moves the factor only part way.
-double fold(double factor, bool seen, const TimeObservation& o, double smoothing) {
-  const double ratio = o.measured_ms / o.base_ms;
+double fold(double factor, bool seen, double ratio, double smoothing) {
   if (!seen) return ratio;
   return std::exp((1 - smoothing) * std::log(factor) + smoothing * std::log(ratio));
 }
@@ -38,6 +38,12 @@ class CalibratedCostModel final : public CostModel {
     c.bwd_ms *= b;
     c.bwd_input_ms *= b;
     c.bwd_weight_ms *= b;
+    const double m = calibration_->memory_factor(stage);
+    auto scale = [m](std::int64_t& bytes) {
+      if (bytes < kInfeasibleBytes) bytes = static_cast<std::int64_t>(std::llround(m * static_cast<double>(bytes)));
+    };
+    scale(c.stored_bytes);
+    scale(c.peak_bytes);
     return c;
   }
   std::int64_t static_bytes(int stage) const override { return base_->static_bytes(stage); }
@@ -46,6 +52,9 @@ class CalibratedCostModel final : public CostModel {
     return base_->allreduce_ms(bytes, replicas);
   }
   std::string describe() const override { return base_->describe(); }
+  std::string extrapolation_warning(std::int64_t max_seqlen, std::int64_t max_dec_seqlen) const override {
+    return base_->extrapolation_warning(max_seqlen, max_dec_seqlen);
+  }
 
  private:
   std::shared_ptr<const CostModel> base_;
@@ -63,25 +72,48 @@ CostCalibration::CostCalibration(int num_stages, double smoothing) : smoothing_(
   }
   forward_.assign(static_cast<std::size_t>(num_stages), 1.0);
   backward_ = forward_;
+  memory_ = forward_;
   seen_forward_.assign(forward_.size(), false);
   seen_backward_ = seen_forward_;
+  seen_memory_ = seen_forward_;
 }
 
-void CostCalibration::observe(int stage, TimeObservation forward, TimeObservation backward) {
-  if (stage < 0 || stage >= num_stages()) {
+namespace {
+
+void check_stage(int stage, int num_stages) {
+  if (stage < 0 || stage >= num_stages) {
     throw Error(ErrorKind::InvalidArgument,
-                cat("calibration stage must be in [0, ", num_stages(), "), got ", stage));
+                cat("calibration stage must be in [0, ", num_stages, "), got ", stage));
   }
+}
+
+}  // namespace
+
+void CostCalibration::observe(int stage, TimeObservation forward, TimeObservation backward) {
+  check_stage(stage, num_stages());
   const auto s = static_cast<std::size_t>(stage);
   std::lock_guard lock(mutex_);
   if (usable(forward)) {
-    forward_[s] = fold(forward_[s], seen_forward_[s], forward, smoothing_);
+    forward_[s] = fold(forward_[s], seen_forward_[s], forward.measured_ms / forward.base_ms, smoothing_);
     seen_forward_[s] = true;
   }
   if (usable(backward)) {
-    backward_[s] = fold(backward_[s], seen_backward_[s], backward, smoothing_);
+    backward_[s] = fold(backward_[s], seen_backward_[s], backward.measured_ms / backward.base_ms, smoothing_);
     seen_backward_[s] = true;
   }
+}
+
+void CostCalibration::observe_memory(int stage, MemoryObservation memory) {
+  check_stage(stage, num_stages());
+  const double measured_activations = memory.measured_bytes - memory.static_bytes;
+  if (!(measured_activations > 0 && memory.activation_bytes > 0 && std::isfinite(memory.measured_bytes) &&
+        std::isfinite(memory.activation_bytes))) {
+    return;
+  }
+  const auto s = static_cast<std::size_t>(stage);
+  std::lock_guard lock(mutex_);
+  memory_[s] = fold(memory_[s], seen_memory_[s], measured_activations / memory.activation_bytes, smoothing_);
+  seen_memory_[s] = true;
 }
 
 double CostCalibration::forward_factor(int stage) const {
@@ -94,13 +126,18 @@ double CostCalibration::backward_factor(int stage) const {
   return backward_.at(static_cast<std::size_t>(stage));
 }
 
+double CostCalibration::memory_factor(int stage) const {
+  std::lock_guard lock(mutex_);
+  return memory_.at(static_cast<std::size_t>(stage));
+}
+
 std::string CostCalibration::describe() const {
   std::lock_guard lock(mutex_);
   std::string out;
   for (std::size_t s = 0; s < forward_.size(); ++s) {
-    char line[96];
-    std::snprintf(line, sizeof line, "%sstage %zu: fwd x%.2f bwd x%.2f", s > 0 ? ", " : "", s,
-                  forward_[s], backward_[s]);
+    char line[128];
+    std::snprintf(line, sizeof line, "%sstage %zu: fwd x%.2f bwd x%.2f mem x%.2f", s > 0 ? ", " : "", s,
+                  forward_[s], backward_[s], memory_[s]);
     out += line;
   }
   return out;

@@ -81,6 +81,8 @@ double CostModel::p2p_ms(std::int64_t bytes) const {
   return d.link_latency_ms + static_cast<double>(bytes) / (d.link_bandwidth_gbs * 1e6);
 }
 
+std::string CostModel::extrapolation_warning(std::int64_t, std::int64_t) const { return {}; }
+
 double CostModel::allreduce_ms(std::int64_t bytes, int replicas) const {
   if (replicas <= 1 || bytes <= 0) return 0;
   const DeviceSpec& d = device();

@@ -443,4 +443,14 @@ Profile build_profile(const CostModel& per_layer, const ProfileGrid& unsorted_gr
   return profile;
 }
 
+std::vector<std::int64_t> doubling_lengths(std::int64_t first, std::int64_t last) {
+  if (first < 1 || last < first) {
+    throw Error(ErrorKind::InvalidArgument, cat("profile lengths must run from >= 1 up to >= ", first, ", got ", last));
+  }
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t length = first; length < last; length *= 2) lengths.push_back(length);
+  lengths.push_back(last);
+  return lengths;
+}
+
 }  // namespace dynapipe

@@ -251,6 +251,25 @@ class ProfiledCostModel final : public CostModel {
 
   std::string describe() const override { return cat("profile:", source_); }
 
+  std::string extrapolation_warning(std::int64_t max_seqlen, std::int64_t max_dec_seqlen) const override {
+    const bool t5 = profile_.model.kind == ModelKind::T5;
+    const auto stack = static_cast<ProfileLayerKind>(stack_kind_);
+    std::string past;
+    auto check = [&](ProfileLayerKind kind, bool decoder, std::int64_t wanted, const char* flag) {
+      const std::int64_t measured = largest_measured_length(kind, decoder);
+      if (wanted <= measured) return;
+      past += cat(past.empty() ? "" : "; ", t5 ? (decoder ? "decoder " : "encoder ") : "", "lengths up to ", measured,
+                  ", ", flag, " is ", wanted);
+    };
+    check(stack, false, max_seqlen, "--max-seqlen");
+    if (t5) check(ProfileLayerKind::Decoder, true, max_dec_seqlen, "--max-target-len");
+    if (past.empty()) return {};
+    return cat("warning: ", describe(), " measured ", past,
+               ": longer micro-batches are extrapolated linearly (attention grows quadratically, so they are "
+               "underestimated); measure up to them with dynapipe profile --max-seqlen ", max_seqlen,
+               t5 ? cat(" --max-target-len ", max_dec_seqlen) : std::string());
+  }
+
  private:
   // A layer's values at a density below 1 (packed rows, block-diagonal attention). The
   // profile is measured dense; c(s) = linear(s) + quadratic(s), and halving every length
@@ -265,6 +284,18 @@ class ProfiledCostModel final : public CostModel {
       full[q] -= (1 - std::max(0.0, density)) * quadratic;
     }
     return full;
+  }
+
+  // The longest sequence (decoder: dec_seqlen) any table of `kind` measured.
+  std::int64_t largest_measured_length(ProfileLayerKind kind, bool decoder) const {
+    std::int64_t largest = 0;
+    for (const ProfileLayer& layer : profile_.layers) {
+      if (layer.kind != kind) continue;
+      for (const auto& table : layer.points) {
+        for (const ProfilePoint& p : table) largest = std::max(largest, decoder ? p.dec_seqlen : p.seqlen);
+      }
+    }
+    return largest;
   }
 
   Profile profile_;

@@ -543,6 +543,11 @@ Planner::~Planner() = default;
 const PlanConfig& Planner::config() const { return impl_->config; }
 const CostModel& Planner::cost_model() const { return *impl_->cost; }
 const CostModel& Planner::base_cost_model() const { return *impl_->base_cost; }
+
+std::string Planner::extrapolation_warning() const {
+  const PlanConfig& c = impl_->config;
+  return impl_->base_cost->extrapolation_warning(c.max_seqlen, c.max_target_len > 0 ? c.max_target_len : c.max_seqlen);
+}
 const std::vector<StageLayers>& Planner::stage_layers() const {
   return impl_->config.chunks > 1 ? impl_->interleaved_cost->stages() : impl_->base_cost->stages();
 }

@@ -13,12 +13,22 @@ for model in gpt-tiny t5-tiny; do
   grep -q '"format": "dynapipe-profile"' "$work/$model.json"
   "$binary" plan --samples "$samples" --model "$model" --cost-model "$work/$model.json" \
     --max-seqlen 128 --global-batch-tokens 512 --out "$work/$model.plan.json" --no-compare \
-    >"$work/plan.out"
+    >"$work/plan.out" 2>"$work/plan.err"
+  # The grid stops at 64: plans at 128 extrapolate, and say so.
+  grep -q "measured .*lengths up to 64, --max-seqlen is 128" "$work/plan.err"
   grep -q "\"cost_model\": \"$work/$model.json\"" "$work/$model.plan.json"
   "$binary" train --data "$samples" --model "$model" --cost-model "$work/$model.json" --pp 2 \
     --max-seqlen 128 --global-batch-tokens 512 --steps 4 --refine-cost-model --no-progress \
-    --metrics "$work/$model.metrics.jsonl" >"$work/train.out"
+    --metrics "$work/$model.metrics.jsonl" >"$work/train.out" 2>"$work/train.err"
+  [ "$(grep -c "lengths up to 64, --max-seqlen is 128" "$work/train.err")" = 1 ]  # rank 0 only
   grep -q '"summary":true' "$work/$model.metrics.jsonl"
   grep -q 'cost model refined    stage 0: fwd x' "$work/train.out"
 done
+# Without --seqlens the grid doubles up to --max-seqlen (here 48, 96): no warning at 96.
+"$binary" profile --model gpt-tiny --out "$work/grid.json" --max-seqlen 96 --batch-sizes 1,2 \
+  --warmup 0 --repeats 1 --no-progress
+grep -q '"seqlen":96' "$work/grid.json"
+"$binary" plan --samples "$samples" --model gpt-tiny --cost-model "$work/grid.json" --max-seqlen 96 \
+  --global-batch-tokens 512 --out "$work/grid.plan.json" --no-compare >/dev/null 2>"$work/plan.err"
+if grep -q "warning" "$work/plan.err"; then cat "$work/plan.err"; exit 1; fi
 echo "profile then plan and train: ok"

@@ -36,10 +36,10 @@ TEST(CalibrationTest, FirstObservationIsTakenWholeThenSmoothedGeometrically) {
   c.observe(1, {.measured_ms = 120, .base_ms = 10}, {});
   EXPECT_NEAR(c.forward_factor(1), 6.0, 1e-12);
   EXPECT_DOUBLE_EQ(c.backward_factor(1), 0.5) << "an empty observation changes nothing";
-  EXPECT_EQ(c.describe(), "stage 0: fwd x1.00 bwd x1.00, stage 1: fwd x6.00 bwd x0.50");
+  EXPECT_EQ(c.describe(), "stage 0: fwd x1.00 bwd x1.00 mem x1.00, stage 1: fwd x6.00 bwd x0.50 mem x1.00");
 }
 
-TEST(CalibrationTest, ScalesTimesNotMemory) {
+TEST(CalibrationTest, ScalesTimesNotActivationMemory) {
   auto base = gpt_tiny(2);
   auto calibration = std::make_shared<CostCalibration>(2, 1.0);
   calibration->observe(0, {.measured_ms = 2, .base_ms = 1}, {.measured_ms = 3, .base_ms = 1});
@@ -55,6 +55,34 @@ TEST(CalibrationTest, ScalesTimesNotMemory) {
   EXPECT_EQ(c.peak_bytes, b.peak_bytes);
   EXPECT_EQ(c.output_bytes, b.output_bytes);
   EXPECT_EQ(model->stage_cost(1, shape, {}, Recompute::Full), base->stage_cost(1, shape, {}, Recompute::Full));
+}
+
+// A fake feed of measured peaks: 100 MiB static, the model's activations 50 MiB, measured
+// 175 MiB -> the activations are 1.5x the model's; then 250 MiB (3x) -> sqrt(1.5 * 3).
+TEST(CalibrationTest, MeasuredPeaksScaleTheActivationBytes) {
+  const double mib = 1 << 20;
+  auto base = gpt_tiny(2);
+  auto calibration = std::make_shared<CostCalibration>(2, 0.5);
+  auto model = make_calibrated_cost_model(base, calibration);
+  calibration->observe_memory(1, {.measured_bytes = 175 * mib, .static_bytes = 100 * mib, .activation_bytes = 50 * mib});
+  EXPECT_DOUBLE_EQ(calibration->memory_factor(1), 1.5);
+  EXPECT_DOUBLE_EQ(calibration->memory_factor(0), 1.0) << "other stages untouched";
+  const MicroBatchShape shape{.batch = 2, .seqlen = 512};
+  const StageCost b = base->stage_cost(1, shape, {}, Recompute::None);
+  StageCost c = model->stage_cost(1, shape, {}, Recompute::None);
+  EXPECT_EQ(c.stored_bytes, std::llround(1.5 * static_cast<double>(b.stored_bytes)));
+  EXPECT_EQ(c.peak_bytes, std::llround(1.5 * static_cast<double>(b.peak_bytes)));
+  EXPECT_EQ(c.output_bytes, b.output_bytes) << "transfers are not activations kept";
+  EXPECT_DOUBLE_EQ(c.fwd_ms, b.fwd_ms);
+  EXPECT_EQ(model->static_bytes(1), base->static_bytes(1));
+  calibration->observe_memory(1, {.measured_bytes = 250 * mib, .static_bytes = 100 * mib, .activation_bytes = 50 * mib});
+  EXPECT_NEAR(calibration->memory_factor(1), std::sqrt(4.5), 1e-12);
+  // Not usable: measured at or below static, no activations estimated.
+  calibration->observe_memory(1, {.measured_bytes = 90 * mib, .static_bytes = 100 * mib, .activation_bytes = 50 * mib});
+  calibration->observe_memory(1, {.measured_bytes = 200 * mib, .static_bytes = 100 * mib, .activation_bytes = 0});
+  EXPECT_NEAR(calibration->memory_factor(1), std::sqrt(4.5), 1e-12);
+  EXPECT_EQ(calibration->describe(), "stage 0: fwd x1.00 bwd x1.00 mem x1.00, stage 1: fwd x1.00 bwd x1.00 mem x2.12");
+  EXPECT_THROW(calibration->observe_memory(2, {}), Error);
 }
 
 TEST(CalibrationTest, ConvergesToTheMeasuredRatio) {

@@ -202,6 +202,39 @@ TEST(ProfileTest, ExtrapolatesLinearlyBeyondTheGrid) {
   EXPECT_EQ(layer_fwd(*m, 1, 16), 0);
 }
 
+TEST(ProfileTest, WarnsWhenTheLengthsInUseArePastTheMeasuredGrid) {
+  // The stack table measured seqlens up to 2048 (the embedding and head tables up to
+  // 100000 do not count: the layers are what grows quadratically).
+  auto m = make_profiled_cost_model(hand_profile(kReferenceCell), {.num_stages = 4}, "p.json");
+  EXPECT_EQ(m->extrapolation_warning(2048, 0), "");
+  EXPECT_EQ(m->extrapolation_warning(1000, 0), "");
+  EXPECT_EQ(m->extrapolation_warning(2049, 0),
+            "warning: profile:p.json measured lengths up to 2048, --max-seqlen is 2049: longer micro-batches are "
+            "extrapolated linearly (attention grows quadratically, so they are underestimated); measure up to them "
+            "with dynapipe profile --max-seqlen 2049");
+  // T5: encoder and decoder lengths separately (kGrid: encoder 1024, decoder 128).
+  auto t5 = make_profiled_cost_model(analytic_profile("t5-tiny", kGrid), {.num_stages = 2}, "t5.json");
+  EXPECT_EQ(t5->extrapolation_warning(1024, 128), "");
+  const std::string decoder = t5->extrapolation_warning(1024, 256);
+  EXPECT_THAT(decoder, HasSubstr("measured decoder lengths up to 128, --max-target-len is 256:"));
+  EXPECT_THAT(decoder, ::testing::Not(HasSubstr("encoder")));
+  EXPECT_THAT(t5->extrapolation_warning(2048, 256),
+              HasSubstr("measured encoder lengths up to 1024, --max-seqlen is 2048; decoder lengths up to 128, "
+                        "--max-target-len is 256:"));
+  EXPECT_THAT(decoder, ::testing::EndsWith("dynapipe profile --max-seqlen 1024 --max-target-len 256"));
+  // The analytic model has no grid.
+  auto analytic = make_cost_model("analytic:cpu", load_model_spec("gpt-tiny"), {.num_stages = 2});
+  EXPECT_EQ(analytic->extrapolation_warning(1 << 20, 0), "");
+}
+
+TEST(ProfileTest, DoublingLengthsEndAtTheLengthInUse) {
+  EXPECT_EQ(doubling_lengths(64, 2048), (std::vector<std::int64_t>{64, 128, 256, 512, 1024, 2048}));
+  EXPECT_EQ(doubling_lengths(64, 1000), (std::vector<std::int64_t>{64, 128, 256, 512, 1000}));
+  EXPECT_EQ(doubling_lengths(32, 32), (std::vector<std::int64_t>{32}));
+  EXPECT_THROW(doubling_lengths(64, 63), Error);
+  EXPECT_THROW(doubling_lengths(0, 8), Error);
+}
+
 TEST(ProfileTest, MissingPointsAboveTheLargestBatchAreOutOfMemory) {
   // (4, 128) did not fit when profiled; (1, 64) was not run.
   auto m = make_profiled_cost_model(

@@ -153,6 +153,39 @@ TEST(PlannerTest, CalibrationScalesTheEstimates) {
   EXPECT_EQ(&base.base_cost_model(), &base.cost_model());
 }
 
+// A fake feed of measured peaks (1.5x the model's activations on every stage) moves the
+// plan's peak estimate to static + 1.5 x activations. The memory limit is far away, so the
+// cuts and the schedule stay the same and the two estimates can be compared device by device.
+TEST(PlannerTest, CalibrationScalesThePeakMemoryEstimate) {
+  PlanConfig config = gpt_config("dynapipe", 4, 1, 2048);
+  config.memory_limit_gib = 4096;
+  auto calibration = std::make_shared<CostCalibration>(4);
+  const Planner planner(config, options_with(true, {0.75}, calibration));
+  const GlobalBatch batch = batches_of(config, 1).at(0);
+  const ReplicaPlan before = planner.plan_iteration(batch).replicas.at(0);
+  for (int s = 0; s < 4; ++s) {
+    const double static_bytes = static_cast<double>(planner.base_cost_model().static_bytes(s));
+    const double activations = static_cast<double>(before.est_peak_memory_bytes.at(s)) - static_bytes;
+    calibration->observe_memory(s, {.measured_bytes = static_bytes + 1.5 * activations,
+                                    .static_bytes = static_bytes,
+                                    .activation_bytes = activations});
+  }
+  const ReplicaPlan after = planner.plan_iteration(batch).replicas.at(0);
+  auto shapes = [](const ReplicaPlan& r) {
+    std::vector<MicroBatchShape> out;
+    for (const MicroBatch& mb : r.microbatches) out.push_back(mb.shape);
+    return out;
+  };
+  ASSERT_EQ(shapes(after), shapes(before));
+  ASSERT_EQ(after.schedule, before.schedule);
+  for (int s = 0; s < 4; ++s) {
+    const double static_bytes = static_cast<double>(planner.base_cost_model().static_bytes(s));
+    const double expected = static_bytes + 1.5 * (static_cast<double>(before.est_peak_memory_bytes[s]) - static_bytes);
+    // Each micro-batch's bytes are rounded to whole bytes after scaling.
+    EXPECT_NEAR(static_cast<double>(after.est_peak_memory_bytes[s]), expected, 64.0) << "device " << s;
+  }
+}
+
 TEST(PlannerTest, BadBudgetSharesAreRejected) {
   const PlanConfig config = gpt_config("dynapipe", 4, 1, 2048);
   for (double share : {0.0, 1.5, -0.2}) {

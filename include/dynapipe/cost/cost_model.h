@@ -73,6 +73,10 @@ class CostModel {
   virtual double allreduce_ms(std::int64_t bytes, int replicas) const;
   // "analytic:a100-40g" or "profile:<path>", for plan configs and reports.
   virtual std::string describe() const = 0;
+  // One line when micro-batches up to these lengths (T5: encoder, decoder; GPT: dec 0)
+  // lie past the lengths the model measured, so their costs are extrapolated; empty when
+  // every length is covered (always, for the analytic model).
+  virtual std::string extrapolation_warning(std::int64_t max_seqlen, std::int64_t max_dec_seqlen) const;
 
  protected:
   CostModel() = default;

@@ -91,6 +91,11 @@ struct ProfileGrid {
   std::vector<std::int64_t> dec_seqlens;
 };
 
+// first, 2 first, 4 first, ... below last, then last: the default lengths of a profile
+// grid that covers every length up to `last` (`dynapipe profile --max-seqlen`). Throws
+// InvalidArgument unless 1 <= first <= last.
+std::vector<std::int64_t> doubling_lengths(std::int64_t first, std::int64_t last);
+
 // Samples `per_layer` (any CostModel laid out with exactly one layer per stage, e.g. an
 // analytic model built with num_stages = total_layers()) on `grid` and decomposes its
 // stage costs into per-kind tables. Needs GPT >= 3 layers, T5 >= 2 encoder and >= 2

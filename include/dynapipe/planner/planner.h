@@ -71,6 +71,9 @@ class Planner {
   // The layers of every (virtual) stage plans use: pp entries, or pp x chunks when the
   // config asks for the interleaved schedule. Stage models must be built from these.
   const std::vector<StageLayers>& stage_layers() const;
+  // One line when --max-seqlen (T5: or --max-target-len) lies past a profile's measured
+  // lengths (CostModel::extrapolation_warning); empty otherwise. plan and train print it.
+  std::string extrapolation_warning() const;
 
   // Plans one iteration. Throws Infeasible (naming micro-batch, stage and bytes) when no
   // schedule x recompute fits the memory limit.

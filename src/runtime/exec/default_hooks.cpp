@@ -1,6 +1,10 @@
 // The real system behind `dynapipe train`: data/ global batches, planner/ Planner, and
 // runtime/model/ stage models + collate. This is the one file that binds the executor to
 // the modules it runs; each hook below is the single place to wire its module.
+#include <cstdio>
+#include <map>
+#include <mutex>
+
 #include "dynapipe/core/error.h"
 #include "dynapipe/cost/calibration.h"
 #include "dynapipe/data/dataset.h"
@@ -45,10 +49,37 @@ class DatasetTokenSource final : public TokenSource {
   std::shared_ptr<const Dataset> dataset_;
 };
 
+// The calibration's memory factors each iteration was planned with: a plan's peak
+// estimate is static + factor x the uncalibrated activations (the simulator sums stored
+// and transient bytes, all scaled alike), so dividing by the factor recovers the
+// uncalibrated estimate the measured peak is compared with.
+class PlannedMemoryFactors {
+ public:
+  void record(std::int64_t iteration, const CostCalibration& calibration) {
+    std::vector<double> factors;
+    for (int s = 0; s < calibration.num_stages(); ++s) factors.push_back(calibration.memory_factor(s));
+    std::lock_guard lock(mutex_);
+    by_iteration_[iteration] = std::move(factors);
+  }
+  // The factors of `iteration` (forgotten afterwards, with every earlier one); empty if unknown.
+  std::vector<double> take(std::int64_t iteration) {
+    std::lock_guard lock(mutex_);
+    std::vector<double> factors;
+    if (auto it = by_iteration_.find(iteration); it != by_iteration_.end()) factors = std::move(it->second);
+    by_iteration_.erase(by_iteration_.begin(), by_iteration_.upper_bound(iteration));
+    return factors;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::int64_t, std::vector<double>> by_iteration_;
+};
+
 // What the uncalibrated model estimated for the work each device measured (averaged over
-// replicas, like the measurement), folded into the calibration.
+// replicas, like the measurement), folded into the calibration; the same for peak memory,
+// given the memory factors the plan was made with.
 void refine(CostCalibration& calibration, const CostModel& base, const IterationPlan& plan,
-            const std::vector<MeasuredStageTimes>& devices) {
+            const std::vector<MeasuredStageTimes>& devices, const std::vector<double>& planned_memory_factors) {
   const double replicas = static_cast<double>(plan.replicas.size());
   for (std::size_t d = 0; d < devices.size(); ++d) {
     const int stage = static_cast<int>(d);
@@ -62,6 +93,16 @@ void refine(CostCalibration& calibration, const CostModel& base, const Iteration
       }
     }
     calibration.observe(stage, forward, backward);
+    if (d >= planned_memory_factors.size()) continue;
+    double est_peak = 0;
+    for (const ReplicaPlan& replica : plan.replicas) {
+      if (d < replica.est_peak_memory_bytes.size())
+        est_peak = std::max(est_peak, static_cast<double>(replica.est_peak_memory_bytes[d]));
+    }
+    const double static_bytes = static_cast<double>(base.static_bytes(stage));
+    calibration.observe_memory(stage, {.measured_bytes = devices[d].peak_memory_bytes,
+                                       .static_bytes = static_bytes,
+                                       .activation_bytes = (est_peak - static_bytes) / planned_memory_factors[d]});
   }
 }
 
@@ -124,22 +165,27 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
   hooks.num_stages = static_cast<int>(layers.size());
 
   if (rank == 0) {
+    if (const std::string warning = planner->extrapolation_warning(); !warning.empty())
+      std::fprintf(stderr, "%s\n", warning.c_str());
     const std::shared_ptr<const std::vector<GlobalBatch>>& batches = data.batches;
+    auto planned = std::make_shared<PlannedMemoryFactors>();
     if (calibration) {
       // The first step this process runs pays one-off costs (first allocations, lazy
       // initialisation): it would teach the calibration a factor no later step has.
       auto warmed_up = std::make_shared<bool>(false);
-      hooks.observe_step = [planner, calibration, warmed_up](
+      hooks.observe_step = [planner, calibration, warmed_up, planned](
                                const IterationPlan& plan, const std::vector<MeasuredStageTimes>& devices) {
+        const std::vector<double> factors = planned->take(plan.index);
         if (!*warmed_up) {
           *warmed_up = true;
           return;
         }
-        refine(*calibration, planner->base_cost_model(), plan, devices);
+        refine(*calibration, planner->base_cost_model(), plan, devices, factors);
       };
       hooks.describe_refinement = [calibration] { return calibration->describe(); };
     }
-    hooks.produce_plan = [batches, planner](std::int64_t i) {
+    hooks.produce_plan = [batches, planner, calibration, planned](std::int64_t i) {
+      if (calibration) planned->record(i, *calibration);
       GlobalBatch batch = (*batches)[i % batches->size()];
       batch.index = i;  // data position i, cycling through the data
       return encode_plan(planner->plan_iteration(batch));

@@ -194,6 +194,7 @@ std::vector<MeasuredStageTimes> measured_stage_times(const torch::Tensor& rows, 
     d.forward_ms += ms(rank, InstructionOp::Forward) / replicas;
     d.backward_ms += (ms(rank, InstructionOp::Backward) + ms(rank, InstructionOp::BackwardInput) +
                       ms(rank, InstructionOp::BackwardWeight)) / replicas;
+    d.peak_memory_bytes = std::max(d.peak_memory_bytes, acc[rank][5]);
   }
   return devices;
 }

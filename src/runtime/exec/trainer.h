@@ -21,10 +21,12 @@
 
 namespace dynapipe::runtime {
 
-// Compute time one pipeline device spent on a step, averaged over its replicas.
+// Compute time one pipeline device spent on a step, averaged over its replicas, and its
+// peak memory (the largest replica's resident peak above the process's start).
 struct MeasuredStageTimes {
   double forward_ms = 0;
   double backward_ms = 0;  // Backward + BackwardInput + BackwardWeight
+  double peak_memory_bytes = 0;
 };
 
 struct TrainHooks {
