@@ -13,10 +13,7 @@
 #include "dynapipe/core/microbatch.h"
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/core/sample.h"
-
-namespace dynapipe {
-class CostModel;
-}
+#include "dynapipe/cost/cost_model.h"
 
 namespace dynapipe::detail {
 
@@ -76,6 +73,7 @@ class ShapeCosts {
   std::vector<std::int64_t> in_flight_;
   std::unordered_map<std::uint64_t, Row> rows_;
   mutable std::int64_t evaluations_ = 0;
+  mutable std::vector<StageCost> stage_scratch_;  // one evaluation's per-stage costs
 };
 
 // Token lengths of one sample as the model sees them, before rounding:
