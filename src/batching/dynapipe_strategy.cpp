@@ -137,6 +137,44 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
 
   int size() const { return static_cast<int>(lengths_.size()); }
 
+  // The best of the cuts earlier DPs chose on this sequence (VarlenRows::cuts) whose
+  // micro-batches all fit this scanner's rule and capacities, with its objective
+  // weight·Σt + slope·max t (summed in order, as the DP sums); !found if none.
+  Partition best_known_cut(double weight, double slope) {
+    Partition best;
+    for (const std::vector<int>& starts : rows_.cuts) {
+      double sum = 0, max = 0;
+      bool qualifies = true;
+      for (std::size_t k = 0; k < starts.size() && qualifies; ++k) {
+        const int begin = starts[k];
+        const int end = k + 1 < starts.size() ? starts[k + 1] : size();
+        const std::size_t count = static_cast<std::size_t>(end - begin);
+        if (!cap_count_.empty() && count > static_cast<std::size_t>(cap_count_[begin])) {
+          qualifies = false;
+          break;
+        }
+        VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(begin)];
+        while (row.time_ms.size() < count) extend(begin, &row);
+        const auto bytes =
+            std::span<const std::int64_t>(row.bytes).subspan((count - 1) * stride_, stride_);
+        qualifies = costs_.fits(bytes, rule_);
+        sum += row.time_ms[count - 1];
+        max = std::max(max, row.time_ms[count - 1]);
+      }
+      const double objective = weight * sum + slope * max;
+      if (qualifies && objective < best.objective_ms) {
+        best = {.found = true, .starts = starts, .objective_ms = objective, .sum_ms = sum, .max_ms = max};
+      }
+    }
+    return best;
+  }
+
+  void remember_cut(const std::vector<int>& starts) {
+    if (std::find(rows_.cuts.begin(), rows_.cuts.end(), starts) == rows_.cuts.end()) {
+      rows_.cuts.push_back(starts);
+    }
+  }
+
   template <typename Emit>
   void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
     if (!cap_count_.empty()) max_count = std::min(max_count, cap_count_[static_cast<std::size_t>(i)]);
@@ -261,8 +299,17 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   const double slope = options.bubble_weight * (options.num_stages - 1);
   Partition probe;
   double bound = incumbent_ms;
+  if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
+    // A cut another DP chose on this sequence is the first bound when it beats the
+    // incumbent: cheaper than the probe below and, as the rules differ little, as tight.
+    Partition known = scanner.best_known_cut(weight, slope);
+    if (known.found && known.objective_ms < bound) {
+      probe = std::move(known);
+      bound = probe.objective_ms;
+    }
+  }
   const int probe_window = std::clamp(scanner.size() / 4, 1, kMaxProbeWindow);
-  if (scanner.size() > probe_window) {
+  if (!probe.found && scanner.size() > probe_window) {
     probe = solve_partition(scanner.table(probe_window, bound * kSlack / (weight + slope)),
                             partition);
     if (probe.found) bound = probe.objective_ms;
@@ -273,11 +320,16 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
     if (min_sum == kInf) return probe;  // nothing fits, or nothing beats the incumbent
     cap_ms = std::min(cap_ms, (bound - weight * min_sum + (kSlack - 1) * bound) / slope);
   }
-  Partition best = solve_partition(scanner.table(std::numeric_limits<int>::max(), cap_ms),
-                                   partition);
+  // Only a partition strictly better than the bound's is new: the search prunes by it.
+  PartitionOptions full = partition;
+  full.incumbent_ms = bound;
+  Partition best = solve_partition(scanner.table(std::numeric_limits<int>::max(), cap_ms), full);
   // The pruned table holds the probe's segments when costs are monotone; if they are
   // not, keep the better of the two.
-  if (probe.found && (!best.found || probe.objective_ms < best.objective_ms)) return probe;
+  if (probe.found && (!best.found || probe.objective_ms < best.objective_ms)) best = std::move(probe);
+  if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
+    if (best.found) scanner.remember_cut(best.starts);
+  }
   return best;
 }
 

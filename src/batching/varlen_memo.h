@@ -30,6 +30,9 @@ struct VarlenRows {
   std::vector<std::size_t> sequence;    // the samples, in order (identifies the rows)
   Recompute recompute = Recompute::None;
   std::vector<Row> rows;
+  // The cuts (micro-batch starts) earlier DPs chose on this sequence: under another
+  // rule or weight each is still a partition whose objective bounds the optimum.
+  std::vector<std::vector<int>> cuts;
 };
 
 // Every VarlenRows of one batch and cost model; found by sequence and recompute mode.
