@@ -345,10 +345,10 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
     if (min_sum == kInf) return probe;  // nothing fits, or nothing beats the incumbent
     cap_ms = std::min(cap_ms, (bound - weight * min_sum + (kSlack - 1) * bound) / slope);
   }
-  // Only a partition strictly better than the bound's is new: the search prunes by it.
-  PartitionOptions full = partition;
-  full.incumbent_ms = bound;
-  Partition best = solve_partition(scanner.table(std::numeric_limits<int>::max(), cap_ms), full);
+  // The search itself starts from the caller's incumbent, not the bound: among equally
+  // good cuts it then picks the one it would pick without a known cut.
+  Partition best = solve_partition(scanner.table(std::numeric_limits<int>::max(), cap_ms),
+                                   partition);
   // The pruned table holds the probe's segments when costs are monotone; if they are
   // not, keep the better of the two.
   if (probe.found && (!best.found || probe.objective_ms < best.objective_ms)) best = std::move(probe);
