@@ -17,11 +17,14 @@ class ThresholdDp {
  public:
   ThresholdDp(const SegmentTable& table, bool rows_monotone)
       : table_(table), rows_monotone_(rows_monotone),
-        f_(static_cast<std::size_t>(table.size()) + 1), from_(f_.size(), -1) {}
+        f_(static_cast<std::size_t>(table.size()) + 1) {
+    for (int i = 0; i < table.size(); ++i) max_window_ = std::max(max_window_, table.window(i));
+  }
 
   // Returns f(n); +inf when no partition has every segment time <= threshold.
   double run(double threshold) {
     const int n = table_.size();
+    threshold_ = threshold;
     std::fill(f_.begin(), f_.end(), kInf);
     f_[0] = 0;
     for (int i = 0; i < n; ++i) {
@@ -29,41 +32,41 @@ class ThresholdDp {
       if (f_i == kInf) continue;
       const std::span<const double> row = table_.row(i);
       double* f = f_.data() + i + 1;  // f[c]: the prefix ending after segment c of row i
-      int* from = from_.data() + i + 1;
       if (rows_monotone_) {
-        // The segments within the threshold lead the row; updated without branches,
-        // as whether a segment improves f is unpredictable.
+        // The segments within the threshold lead the row. Only f is kept (reconstruct()
+        // finds the cuts), so the update is a plain min the compiler can vectorise.
         const std::size_t len = static_cast<std::size_t>(
             std::upper_bound(row.begin(), row.end(), threshold) - row.begin());
-        for (std::size_t c = 0; c < len; ++c) {
-          const double v = f_i + row[c];
-          const bool better = v < f[c];  // strict: the earliest start wins ties (deterministic)
-          f[c] = better ? v : f[c];
-          from[c] = better ? i : from[c];
-        }
+        for (std::size_t c = 0; c < len; ++c) f[c] = std::min(f[c], f_i + row[c]);
         continue;
       }
       for (std::size_t c = 0; c < row.size(); ++c) {
-        const double v = f_i + row[c];
-        if (row[c] <= threshold && v < f[c]) {
-          f[c] = v;
-          from[c] = i;
-        }
+        if (row[c] <= threshold) f[c] = std::min(f[c], f_i + row[c]);
       }
     }
     return f_[n];
   }
 
-  // The partition of the last run(). REQUIRES: it returned a finite value.
+  // The partition of the last run(). REQUIRES: it returned a finite value. Back from the
+  // end, each micro-batch starts at the earliest i whose segment within the threshold
+  // gives f exactly: the start a forward pass keeping strict improvements would record
+  // (ties: the earliest start wins, so results are deterministic).
   void reconstruct(Partition* out) const {
     out->starts.clear();
     out->sum_ms = 0;
     out->max_ms = 0;
-    for (int j = table_.size(); j > 0; j = from_[j]) {
-      const int i = from_[j];
-      DYNAPIPE_CHECK(i >= 0 && i < j, cat("broken back-pointer at ", j));
-      out->starts.push_back(i);
-      out->max_ms = std::max(out->max_ms, table_.time_ms(i, j - i));
+    for (int j = table_.size(); j > 0;) {
+      int from = -1;
+      for (int i = std::max(0, j - max_window_); i < j && from < 0; ++i) {
+        const int count = j - i;
+        if (f_[i] == kInf || count > table_.window(i)) continue;
+        const double t = table_.time_ms(i, count);
+        if (t <= threshold_ && f_[i] + t == f_[j]) from = i;
+      }
+      DYNAPIPE_CHECK(from >= 0, cat("no segment ends the optimum at ", j));
+      out->starts.push_back(from);
+      out->max_ms = std::max(out->max_ms, table_.time_ms(from, j - from));
+      j = from;
     }
     std::reverse(out->starts.begin(), out->starts.end());
     for (std::size_t k = 0; k < out->starts.size(); ++k) {
@@ -76,7 +79,8 @@ class ThresholdDp {
   const SegmentTable& table_;
   bool rows_monotone_;
   std::vector<double> f_;
-  std::vector<int> from_;
+  double threshold_ = kInf;  // of the last run()
+  int max_window_ = 0;
 };
 
 bool rows_non_decreasing(const SegmentTable& table) {
