@@ -166,7 +166,11 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
       }
       const double objective = weight * sum + slope * max;
       if (qualifies && objective < best.objective_ms) {
-        best = {.found = true, .starts = starts, .objective_ms = objective, .sum_ms = sum, .max_ms = max};
+        best = {.found = true,
+                .starts = starts,
+                .objective_ms = objective,
+                .sum_ms = sum,
+                .max_ms = max};
       }
     }
     return best;
@@ -183,9 +187,11 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
       enc_squares += static_cast<double>(l.enc) * static_cast<double>(l.enc);
       dec_squares += static_cast<double>(l.dec) * static_cast<double>(l.dec);
     }
-    const MicroBatchShape shape{.batch = 1, .seqlen = round_up(enc, multiple_), .dec_seqlen = round_up(dec, multiple_)};
+    const MicroBatchShape shape{
+        .batch = 1, .seqlen = round_up(enc, multiple_), .dec_seqlen = round_up(dec, multiple_)};
     std::vector<std::int64_t> bytes(stride_);
-    return costs_.evaluate_stages(shape, varlen_density(enc_squares, dec_squares, 1, shape, kind_), bytes);
+    return costs_.evaluate_stages(shape, varlen_density(enc_squares, dec_squares, 1, shape, kind_),
+                                  bytes);
   }
 
   void remember_cut(const std::vector<int>& starts) {
@@ -351,7 +357,9 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
                                    partition);
   // The pruned table holds the probe's segments when costs are monotone; if they are
   // not, keep the better of the two.
-  if (probe.found && (!best.found || probe.objective_ms < best.objective_ms)) best = std::move(probe);
+  if (probe.found && (!best.found || probe.objective_ms < best.objective_ms)) {
+    best = std::move(probe);
+  }
   if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
     if (best.found) scanner.remember_cut(best.starts);
   }

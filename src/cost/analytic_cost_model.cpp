@@ -276,9 +276,12 @@ class AnalyticCostModel final : public CostModel {
 
     const double b, se, sd;  // rows, rounded encoder and decoder lengths
 
-    const LayerCost& embedding() { return get(embedding_, [&] { return embedding_cost(m_.c_, b * se); }); }
+    const LayerCost& embedding() {
+      return get(embedding_, [&] { return embedding_cost(m_.c_, b * se); });
+    }
     const LayerCost& encoder() {
-      return get(encoder_, [&] { return encoder_layer_cost(m_.c_, b, se, density_.enc, recompute_); });
+      return get(encoder_,
+                 [&] { return encoder_layer_cost(m_.c_, b, se, density_.enc, recompute_); });
     }
     const LayerCost& dec_embedding() {
       return get(dec_embedding_, [&] { return embedding_cost(m_.c_, b * sd); });
@@ -290,7 +293,8 @@ class AnalyticCostModel final : public CostModel {
       });
     }
     const LayerCost& head() {
-      return get(head_, [&] { return head_cost(m_.c_, b * (m_.model_.kind == ModelKind::T5 ? sd : se)); });
+      return get(head_,
+                 [&] { return head_cost(m_.c_, b * (m_.model_.kind == ModelKind::T5 ? sd : se)); });
     }
     Recompute recompute() const { return recompute_; }
 

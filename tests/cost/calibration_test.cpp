@@ -34,7 +34,8 @@ TEST(CalibrationTest, StageCostsScalesEveryStageAsStageCostDoes) {
   std::vector<StageCost> all(3);
   model->stage_costs(shape, {.enc = 0.5}, Recompute::Selective, all);
   for (int s = 0; s < 3; ++s) {
-    EXPECT_EQ(all[static_cast<std::size_t>(s)], model->stage_cost(s, shape, {.enc = 0.5}, Recompute::Selective));
+    EXPECT_EQ(all[static_cast<std::size_t>(s)],
+              model->stage_cost(s, shape, {.enc = 0.5}, Recompute::Selective));
   }
   EXPECT_NE(all[1], gpt_tiny(3)->stage_cost(1, shape, {.enc = 0.5}, Recompute::Selective));
 }
