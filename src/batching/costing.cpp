@@ -77,6 +77,14 @@ bool ShapeCosts::fits(std::span<const std::int64_t> bytes, MemoryRule rule) cons
   return true;
 }
 
+std::vector<std::int64_t> ShapeCosts::rule_key(MemoryRule rule) const {
+  std::vector<std::int64_t> key{memory_limit_bytes_};
+  for (int s = 0; s < num_stages_; ++s) {
+    key.push_back(rule == MemoryRule::Pipelined ? in_flight_[static_cast<std::size_t>(s)] : 1);
+  }
+  return key;
+}
+
 ShapeCosts::Row* ShapeCosts::row(std::int64_t seqlen, std::int64_t dec_seqlen) {
   const std::uint64_t key =
       (static_cast<std::uint64_t>(seqlen) << 32) ^ static_cast<std::uint64_t>(dec_seqlen);

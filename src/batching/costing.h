@@ -62,6 +62,8 @@ class ShapeCosts {
                          std::span<std::int64_t> bytes) const;
   // Whether per-stage bytes from evaluate_stages() fit under `rule`.
   bool fits(std::span<const std::int64_t> bytes, MemoryRule rule) const;
+  // What fits() checks against under `rule`: the memory limit, then k_s per stage.
+  std::vector<std::int64_t> rule_key(MemoryRule rule) const;
   int num_stages() const { return num_stages_; }
 
  private:

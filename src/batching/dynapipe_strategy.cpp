@@ -117,7 +117,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         enc_cap_(enc_cap), dec_cap_(dec_cap) {
     lengths_.reserve(seq.size());
     for (std::size_t k : seq) lengths_.push_back(model_lengths(samples[k], kind));
-    fit_.resize(seq.size());
+    fit_ = &rows_.fits_for(costs_.rule_key(rule_));
     if (enc_cap_ > 0) {  // per row: how many samples fit the capacities
       cap_count_.resize(seq.size());
       for (std::size_t i = 0, j = 0; i < lengths_.size(); ++i) {
@@ -205,7 +205,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     if (!cap_count_.empty()) max_count = std::min(max_count, cap_count_[static_cast<std::size_t>(i)]);
     const int end = static_cast<int>(std::min<std::int64_t>(size(), std::int64_t{i} + max_count));
     VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(i)];
-    Fit& fit = fit_[static_cast<std::size_t>(i)];
+    VarlenRows::Fit& fit = (*fit_)[static_cast<std::size_t>(i)];
     for (int j = i; j < end; ++j) {
       const std::size_t c = static_cast<std::size_t>(j - i);
       if (c == row.time_ms.size()) extend(i, &row);
@@ -242,11 +242,6 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         shape, varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_), bytes));
   }
 
-  struct Fit {
-    std::size_t known = 0;  // this many leading segments of the row fit under rule_
-    bool closed = false;    // and the next one does not
-  };
-
   ShapeCosts& costs_;
   MemoryRule rule_;
   ModelKind kind_;
@@ -254,7 +249,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   std::size_t stride_;                 // bytes per segment: stored and peak per stage
   VarlenRows& rows_;
   std::vector<ModelLengths> lengths_;  // model lengths in sequence order
-  std::vector<Fit> fit_;               // per row
+  std::vector<VarlenRows::Fit>* fit_;  // per row, under rule_ (kept in rows_ for later DPs)
   std::int64_t enc_cap_ = 0, dec_cap_ = 0;
   std::vector<int> cap_count_;         // per row, with capacities: samples that fit them
 };
