@@ -12,7 +12,8 @@ namespace dynapipe::detail {
 ShapeCosts::ShapeCosts(const CostModel& cost_model, Recompute recompute, int num_stages,
                        std::int64_t memory_limit_bytes, std::span<const int> in_flight)
     : cost_model_(cost_model), recompute_(recompute), num_stages_(num_stages),
-      memory_limit_bytes_(memory_limit_bytes) {
+      memory_limit_bytes_(memory_limit_bytes),
+      stage_scratch_(static_cast<std::size_t>(num_stages)) {
   static_bytes_.reserve(static_cast<std::size_t>(num_stages));
   for (int s = 0; s < num_stages; ++s) {
     static_bytes_.push_back(cost_model.static_bytes(s));
@@ -27,8 +28,9 @@ ShapeCost ShapeCosts::evaluate(const MicroBatchShape& shape,
   out.time_ms = 0;
   out.fits_pipelined = true;
   out.fits_one = true;
+  cost_model_.stage_costs(shape, density, recompute_, stage_scratch_);
   for (int s = 0; s < num_stages_; ++s) {
-    const StageCost c = cost_model_.stage_cost(s, shape, density, recompute_);
+    const StageCost& c = stage_scratch_[static_cast<std::size_t>(s)];
     out.time_ms = std::max(out.time_ms, c.fwd_ms + c.bwd_ms);
     const std::int64_t one = static_bytes_[s] + c.stored_bytes + c.peak_bytes;
     const std::int64_t pipelined =
@@ -52,8 +54,9 @@ double ShapeCosts::evaluate_stages(const MicroBatchShape& shape, const Attention
                                    std::span<std::int64_t> bytes) const {
   ++evaluations_;
   double time_ms = 0;
+  cost_model_.stage_costs(shape, density, recompute_, stage_scratch_);
   for (int s = 0; s < num_stages_; ++s) {
-    const StageCost c = cost_model_.stage_cost(s, shape, density, recompute_);
+    const StageCost& c = stage_scratch_[static_cast<std::size_t>(s)];
     time_ms = std::max(time_ms, c.fwd_ms + c.bwd_ms);
     bytes[static_cast<std::size_t>(s)] = c.stored_bytes;
     bytes[static_cast<std::size_t>(num_stages_ + s)] = c.peak_bytes;
@@ -72,6 +75,14 @@ bool ShapeCosts::fits(std::span<const std::int64_t> bytes, MemoryRule rule) cons
     if (need > memory_limit_bytes_) return false;
   }
   return true;
+}
+
+std::vector<std::int64_t> ShapeCosts::rule_key(MemoryRule rule) const {
+  std::vector<std::int64_t> key{memory_limit_bytes_};
+  for (int s = 0; s < num_stages_; ++s) {
+    key.push_back(rule == MemoryRule::Pipelined ? in_flight_[static_cast<std::size_t>(s)] : 1);
+  }
+  return key;
 }
 
 ShapeCosts::Row* ShapeCosts::row(std::int64_t seqlen, std::int64_t dec_seqlen) {

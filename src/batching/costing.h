@@ -13,10 +13,7 @@
 #include "dynapipe/core/microbatch.h"
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/core/sample.h"
-
-namespace dynapipe {
-class CostModel;
-}
+#include "dynapipe/cost/cost_model.h"
 
 namespace dynapipe::detail {
 
@@ -65,6 +62,8 @@ class ShapeCosts {
                          std::span<std::int64_t> bytes) const;
   // Whether per-stage bytes from evaluate_stages() fit under `rule`.
   bool fits(std::span<const std::int64_t> bytes, MemoryRule rule) const;
+  // What fits() checks against under `rule`: the memory limit, then k_s per stage.
+  std::vector<std::int64_t> rule_key(MemoryRule rule) const;
   int num_stages() const { return num_stages_; }
 
  private:
@@ -76,6 +75,7 @@ class ShapeCosts {
   std::vector<std::int64_t> in_flight_;
   std::unordered_map<std::uint64_t, Row> rows_;
   mutable std::int64_t evaluations_ = 0;
+  mutable std::vector<StageCost> stage_scratch_;  // one evaluation's per-stage costs
 };
 
 // Token lengths of one sample as the model sees them, before rounding:

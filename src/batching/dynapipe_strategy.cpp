@@ -2,6 +2,7 @@
 // dp_partitioner.h over varlen (block-diagonal) or padded micro-batches, and the
 // split over data-parallel replicas.
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "costing.h"
@@ -69,6 +70,8 @@ class PaddedScanner : public ScannerBase<PaddedScanner> {
   }
 
   int size() const { return static_cast<int>(enc_.size()); }
+  // A lower bound of Σ t over any partition: none known (padding is not subadditive).
+  double merged_time_ms() const { return 0; }
 
   // Calls emit(count, time_ms) for count = 1, 2, ... while the segment qualifies.
   template <typename Emit>
@@ -114,7 +117,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         enc_cap_(enc_cap), dec_cap_(dec_cap) {
     lengths_.reserve(seq.size());
     for (std::size_t k : seq) lengths_.push_back(model_lengths(samples[k], kind));
-    fit_.resize(seq.size());
+    fit_ = &rows_.fits_for(costs_.rule_key(rule_));
     if (enc_cap_ > 0) {  // per row: how many samples fit the capacities
       cap_count_.resize(seq.size());
       for (std::size_t i = 0, j = 0; i < lengths_.size(); ++i) {
@@ -137,12 +140,72 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
 
   int size() const { return static_cast<int>(lengths_.size()); }
 
+  // The best of the cuts earlier DPs chose on this sequence (VarlenRows::cuts) whose
+  // micro-batches all fit this scanner's rule and capacities, with its objective
+  // weight·Σt + slope·max t (summed in order, as the DP sums); !found if none.
+  Partition best_known_cut(double weight, double slope) {
+    Partition best;
+    for (const std::vector<int>& starts : rows_.cuts) {
+      double sum = 0, max = 0;
+      bool qualifies = true;
+      for (std::size_t k = 0; k < starts.size() && qualifies; ++k) {
+        const int begin = starts[k];
+        const int end = k + 1 < starts.size() ? starts[k + 1] : size();
+        const std::size_t count = static_cast<std::size_t>(end - begin);
+        if (!cap_count_.empty() && count > static_cast<std::size_t>(cap_count_[begin])) {
+          qualifies = false;
+          break;
+        }
+        VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(begin)];
+        while (row.time_ms.size() < count) extend(begin, &row);
+        const auto bytes =
+            std::span<const std::int64_t>(row.bytes).subspan((count - 1) * stride_, stride_);
+        qualifies = costs_.fits(bytes, rule_);
+        sum += row.time_ms[count - 1];
+        max = std::max(max, row.time_ms[count - 1]);
+      }
+      const double objective = weight * sum + slope * max;
+      if (qualifies && objective < best.objective_ms) {
+        best = {.found = true,
+                .starts = starts,
+                .objective_ms = objective,
+                .sum_ms = sum,
+                .max_ms = max};
+      }
+    }
+    return best;
+  }
+
+  // Every sample in one varlen micro-batch (memory ignored): a lower bound of Σ t over
+  // any partition, as costs are subadditive.
+  double merged_time_ms() const {
+    std::int64_t enc = 0, dec = 0;
+    double enc_squares = 0, dec_squares = 0;
+    for (const ModelLengths& l : lengths_) {
+      enc += l.enc;
+      dec += l.dec;
+      enc_squares += static_cast<double>(l.enc) * static_cast<double>(l.enc);
+      dec_squares += static_cast<double>(l.dec) * static_cast<double>(l.dec);
+    }
+    const MicroBatchShape shape{
+        .batch = 1, .seqlen = round_up(enc, multiple_), .dec_seqlen = round_up(dec, multiple_)};
+    std::vector<std::int64_t> bytes(stride_);
+    return costs_.evaluate_stages(shape, varlen_density(enc_squares, dec_squares, 1, shape, kind_),
+                                  bytes);
+  }
+
+  void remember_cut(const std::vector<int>& starts) {
+    if (std::find(rows_.cuts.begin(), rows_.cuts.end(), starts) == rows_.cuts.end()) {
+      rows_.cuts.push_back(starts);
+    }
+  }
+
   template <typename Emit>
   void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
     if (!cap_count_.empty()) max_count = std::min(max_count, cap_count_[static_cast<std::size_t>(i)]);
     const int end = static_cast<int>(std::min<std::int64_t>(size(), std::int64_t{i} + max_count));
     VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(i)];
-    Fit& fit = fit_[static_cast<std::size_t>(i)];
+    VarlenRows::Fit& fit = (*fit_)[static_cast<std::size_t>(i)];
     for (int j = i; j < end; ++j) {
       const std::size_t c = static_cast<std::size_t>(j - i);
       if (c == row.time_ms.size()) extend(i, &row);
@@ -179,11 +242,6 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         shape, varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_), bytes));
   }
 
-  struct Fit {
-    std::size_t known = 0;  // this many leading segments of the row fit under rule_
-    bool closed = false;    // and the next one does not
-  };
-
   ShapeCosts& costs_;
   MemoryRule rule_;
   ModelKind kind_;
@@ -191,7 +249,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   std::size_t stride_;                 // bytes per segment: stored and peak per stage
   VarlenRows& rows_;
   std::vector<ModelLengths> lengths_;  // model lengths in sequence order
-  std::vector<Fit> fit_;               // per row
+  std::vector<VarlenRows::Fit>* fit_;  // per row, under rule_ (kept in rows_ for later DPs)
   std::int64_t enc_cap_ = 0, dec_cap_ = 0;
   std::vector<int> cap_count_;         // per row, with capacities: samples that fit them
 };
@@ -261,23 +319,45 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   const double slope = options.bubble_weight * (options.num_stages - 1);
   Partition probe;
   double bound = incumbent_ms;
+  if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
+    // A cut another DP chose on this sequence is the first bound when it beats the
+    // incumbent: cheaper than the probe below and, as the rules differ little, as tight.
+    Partition known = scanner.best_known_cut(weight, slope);
+    if (known.found && known.objective_ms < bound) {
+      probe = std::move(known);
+      bound = probe.objective_ms;
+    }
+  }
   const int probe_window = std::clamp(scanner.size() / 4, 1, kMaxProbeWindow);
-  if (scanner.size() > probe_window) {
+  if (!probe.found && scanner.size() > probe_window) {
     probe = solve_partition(scanner.table(probe_window, bound * kSlack / (weight + slope)),
                             partition);
     if (probe.found) bound = probe.objective_ms;
   }
   double cap_ms = bound * kSlack / (weight + slope);
   if (slope > 0 && bound < kInf) {
+    // The same test with the merged lower bound of Σ t first: it scans far shorter rows
+    // than (w + p − 1)·t <= U alone when there are many micro-batches.
+    const double merged_ms = scanner.merged_time_ms();
+    if (std::isfinite(merged_ms)) {
+      cap_ms = std::min(cap_ms, (bound - weight * merged_ms + (kSlack - 1) * bound) / slope);
+    }
     const double min_sum = scanner.min_sum(cap_ms);
     if (min_sum == kInf) return probe;  // nothing fits, or nothing beats the incumbent
     cap_ms = std::min(cap_ms, (bound - weight * min_sum + (kSlack - 1) * bound) / slope);
   }
+  // The search itself starts from the caller's incumbent, not the bound: among equally
+  // good cuts it then picks the one it would pick without a known cut.
   Partition best = solve_partition(scanner.table(std::numeric_limits<int>::max(), cap_ms),
                                    partition);
   // The pruned table holds the probe's segments when costs are monotone; if they are
   // not, keep the better of the two.
-  if (probe.found && (!best.found || probe.objective_ms < best.objective_ms)) return probe;
+  if (probe.found && (!best.found || probe.objective_ms < best.objective_ms)) {
+    best = std::move(probe);
+  }
+  if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
+    if (best.found) scanner.remember_cut(best.starts);
+  }
   return best;
 }
 

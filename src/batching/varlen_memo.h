@@ -9,6 +9,7 @@
 #include <array>
 #include <utility>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -30,6 +31,23 @@ struct VarlenRows {
   std::vector<std::size_t> sequence;    // the samples, in order (identifies the rows)
   Recompute recompute = Recompute::None;
   std::vector<Row> rows;
+  // The cuts (micro-batch starts) earlier DPs chose on this sequence: under another
+  // rule or weight each is still a partition whose objective bounds the optimum.
+  std::vector<std::vector<int>> cuts;
+  // Per memory rule (ShapeCosts::rule_key()), per row: how far the row's segments fit.
+  struct Fit {
+    std::size_t known = 0;  // this many leading segments of the row fit under the rule
+    bool closed = false;    // and the next one does not
+  };
+  std::deque<std::pair<std::vector<std::int64_t>, std::vector<Fit>>> fits;  // stable references
+
+  std::vector<Fit>& fits_for(const std::vector<std::int64_t>& rule_key) {
+    for (auto& [key, per_row] : fits) {
+      if (key == rule_key) return per_row;
+    }
+    fits.emplace_back(rule_key, std::vector<Fit>(rows.size()));
+    return fits.back().second;
+  }
 };
 
 // Every VarlenRows of one batch and cost model; found by sequence and recompute mode.

@@ -4,6 +4,8 @@
 // Large Transformer Models" (2022). docs/cost-model.md derives every term.
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <span>
 
 #include "cost/layer_cost.h"
 #include "dynapipe/core/error.h"
@@ -239,26 +241,86 @@ class AnalyticCostModel final : public CostModel {
   StageCost stage_cost(int stage, const MicroBatchShape& shape, const AttentionDensity& density,
                        Recompute recompute) const override {
     DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));
-    const StageLayers& s = stages_[stage];
-    const double b = static_cast<double>(shape.batch);
-    const double se = static_cast<double>(round_up(shape.seqlen, options_.seqlen_multiple));
-    const double sd = model_.kind == ModelKind::T5
-                          ? static_cast<double>(round_up(shape.dec_seqlen, options_.seqlen_multiple))
-                          : 0.0;
+    LayerCosts layers(*this, shape, density, recompute);
+    return stage_cost_of(stages_[stage], layers);
+  }
 
-    LayerCost total;  // times and stored summed, peak the largest piece's
-    auto add = [&](const LayerCost& layer, int count) { total.add(layer, count); };
-    if (s.has_embedding) add(embedding_cost(c_, b * se), 1);
-    if (s.has_encoder()) add(encoder_layer_cost(c_, b, se, density.enc, recompute), s.enc_end - s.enc_begin);
-    if (s.has_dec_embedding) add(embedding_cost(c_, b * sd), 1);
-    if (s.has_decoder()) {
-      const double cross_density = std::sqrt(density.enc * density.dec);
-      // The encoder output (the K/V input of every decoder layer) is one tensor the layers
-      // share; it is not counted (its K and V projections are, per layer).
-      add(decoder_layer_cost(c_, b, se, sd, density.dec, cross_density, recompute), s.dec_end - s.dec_begin);
+  // Stages share their layer kinds: each is costed once for all of them.
+  void stage_costs(const MicroBatchShape& shape, const AttentionDensity& density,
+                   Recompute recompute, std::span<StageCost> out) const override {
+    DYNAPIPE_CHECK(out.size() == stages_.size(),
+                   cat("stage_costs: ", out.size(), " slots for ", stages_.size(), " stages"));
+    LayerCosts layers(*this, shape, density, recompute);
+    for (std::size_t s = 0; s < stages_.size(); ++s) out[s] = stage_cost_of(stages_[s], layers);
+  }
+
+  std::int64_t static_bytes(int stage) const override {
+    DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));
+    return static_bytes_[stage];
+  }
+
+  std::string describe() const override { return cat("analytic:", device_.name); }
+
+ private:
+  // The cost of each layer kind for one micro-batch, computed on first use.
+  class LayerCosts {
+   public:
+    LayerCosts(const AnalyticCostModel& m, const MicroBatchShape& shape,
+               const AttentionDensity& density, Recompute recompute)
+        : b(static_cast<double>(shape.batch)),
+          se(static_cast<double>(round_up(shape.seqlen, m.options_.seqlen_multiple))),
+          sd(m.model_.kind == ModelKind::T5
+                 ? static_cast<double>(round_up(shape.dec_seqlen, m.options_.seqlen_multiple))
+                 : 0.0),
+          m_(m), density_(density), recompute_(recompute) {}
+
+    const double b, se, sd;  // rows, rounded encoder and decoder lengths
+
+    const LayerCost& embedding() {
+      return get(embedding_, [&] { return embedding_cost(m_.c_, b * se); });
     }
-    if (s.has_head) add(head_cost(c_, b * (model_.kind == ModelKind::T5 ? sd : se)), 1);
-    if (options_.tp > 1) add_tensor_parallel_comm(s, b, se, sd, recompute, total);
+    const LayerCost& encoder() {
+      return get(encoder_,
+                 [&] { return encoder_layer_cost(m_.c_, b, se, density_.enc, recompute_); });
+    }
+    const LayerCost& dec_embedding() {
+      return get(dec_embedding_, [&] { return embedding_cost(m_.c_, b * sd); });
+    }
+    const LayerCost& decoder() {
+      return get(decoder_, [&] {
+        const double cross_density = std::sqrt(density_.enc * density_.dec);
+        return decoder_layer_cost(m_.c_, b, se, sd, density_.dec, cross_density, recompute_);
+      });
+    }
+    const LayerCost& head() {
+      return get(head_,
+                 [&] { return head_cost(m_.c_, b * (m_.model_.kind == ModelKind::T5 ? sd : se)); });
+    }
+    Recompute recompute() const { return recompute_; }
+
+   private:
+    template <typename Make>
+    static const LayerCost& get(std::optional<LayerCost>& slot, Make&& make) {
+      if (!slot) slot = make();
+      return *slot;
+    }
+    const AnalyticCostModel& m_;
+    AttentionDensity density_;
+    Recompute recompute_;
+    std::optional<LayerCost> embedding_, encoder_, dec_embedding_, decoder_, head_;
+  };
+
+  StageCost stage_cost_of(const StageLayers& s, LayerCosts& layers) const {
+    LayerCost total;  // times and stored summed, peak the largest piece's
+    if (s.has_embedding) total.add(layers.embedding(), 1);
+    // The encoder output (the K/V input of every decoder layer) is one tensor the decoder
+    // layers share; it is not counted (its K and V projections are, per layer).
+    if (s.has_encoder()) total.add(layers.encoder(), s.enc_end - s.enc_begin);
+    if (s.has_dec_embedding) total.add(layers.dec_embedding(), 1);
+    if (s.has_decoder()) total.add(layers.decoder(), s.dec_end - s.dec_begin);
+    if (s.has_head) total.add(layers.head(), 1);
+    const double b = layers.b, se = layers.se, sd = layers.sd;
+    if (options_.tp > 1) add_tensor_parallel_comm(s, b, se, sd, layers.recompute(), total);
 
     StageCost cost;
     cost.fwd_ms = total.fwd_ms;
@@ -275,14 +337,6 @@ class AnalyticCostModel final : public CostModel {
     return cost;
   }
 
-  std::int64_t static_bytes(int stage) const override {
-    DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));
-    return static_bytes_[stage];
-  }
-
-  std::string describe() const override { return cat("analytic:", device_.name); }
-
- private:
   // The per-device shape of one tensor-parallel shard: heads, ffn and vocab split tp ways.
   static ModelSpec tensor_parallel_shard(const ModelSpec& model, int tp) {
     ModelSpec shard = model;

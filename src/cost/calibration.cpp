@@ -33,18 +33,13 @@ class CalibratedCostModel final : public CostModel {
   StageCost stage_cost(int stage, const MicroBatchShape& shape, const AttentionDensity& density,
                        Recompute recompute) const override {
     StageCost c = base_->stage_cost(stage, shape, density, recompute);
-    const double f = calibration_->forward_factor(stage), b = calibration_->backward_factor(stage);
-    c.fwd_ms *= f;
-    c.bwd_ms *= b;
-    c.bwd_input_ms *= b;
-    c.bwd_weight_ms *= b;
-    const double m = calibration_->memory_factor(stage);
-    auto scale = [m](std::int64_t& bytes) {
-      if (bytes < kInfeasibleBytes) bytes = static_cast<std::int64_t>(std::llround(m * static_cast<double>(bytes)));
-    };
-    scale(c.stored_bytes);
-    scale(c.peak_bytes);
+    scale(stage, c);
     return c;
+  }
+  void stage_costs(const MicroBatchShape& shape, const AttentionDensity& density,
+                   Recompute recompute, std::span<StageCost> out) const override {
+    base_->stage_costs(shape, density, recompute, out);
+    for (std::size_t s = 0; s < out.size(); ++s) scale(static_cast<int>(s), out[s]);
   }
   std::int64_t static_bytes(int stage) const override { return base_->static_bytes(stage); }
   double p2p_ms(std::int64_t bytes) const override { return base_->p2p_ms(bytes); }
@@ -57,6 +52,20 @@ class CalibratedCostModel final : public CostModel {
   }
 
  private:
+  void scale(int stage, StageCost& c) const {
+    const double f = calibration_->forward_factor(stage), b = calibration_->backward_factor(stage);
+    c.fwd_ms *= f;
+    c.bwd_ms *= b;
+    c.bwd_input_ms *= b;
+    c.bwd_weight_ms *= b;
+    const double m = calibration_->memory_factor(stage);
+    auto scale_bytes = [m](std::int64_t& bytes) {
+      if (bytes < kInfeasibleBytes) bytes = static_cast<std::int64_t>(std::llround(m * static_cast<double>(bytes)));
+    };
+    scale_bytes(c.stored_bytes);
+    scale_bytes(c.peak_bytes);
+  }
+
   std::shared_ptr<const CostModel> base_;
   std::shared_ptr<const CostCalibration> calibration_;
 };

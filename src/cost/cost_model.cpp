@@ -35,6 +35,15 @@ std::string first_difference(const ModelSpec& a, const ModelSpec& b) {
 
 }  // namespace
 
+void CostModel::stage_costs(const MicroBatchShape& shape, const AttentionDensity& density,
+                            Recompute recompute, std::span<StageCost> out) const {
+  DYNAPIPE_CHECK(out.size() == static_cast<std::size_t>(num_stages()),
+                 cat("stage_costs: ", out.size(), " slots for ", num_stages(), " stages"));
+  for (int s = 0; s < num_stages(); ++s) {
+    out[static_cast<std::size_t>(s)] = stage_cost(s, shape, density, recompute);
+  }
+}
+
 std::int64_t model_state_bytes(std::int64_t parameters, int bytes_per_element, int zero_shards) {
   DYNAPIPE_CHECK(zero_shards >= 1, cat("zero_shards ", zero_shards));
   const std::int64_t optimizer_bytes = bytes_per_element == 2 ? 12 : 2 * bytes_per_element;

@@ -252,10 +252,8 @@ PipelineProblem make_pipeline_problem(const CostModel& model,
       throw Error(ErrorKind::InvalidArgument,
                   cat("pipeline problem: micro-batch ", i, " must have id ", i, ", got ", mb.id));
     }
-    problem.costs[i].reserve(layout.num_stages());
-    for (int s = 0; s < layout.num_stages(); ++s) {
-      problem.costs[i].push_back(model.stage_cost(s, mb.shape, mb.density, recompute));
-    }
+    problem.costs[i].resize(static_cast<std::size_t>(layout.num_stages()));
+    model.stage_costs(mb.shape, mb.density, recompute, problem.costs[i]);
   }
   problem.validate();
   return problem;

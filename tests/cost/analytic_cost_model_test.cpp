@@ -17,6 +17,32 @@ std::unique_ptr<CostModel> analytic(const std::string& model, int stages, const 
                          {.num_stages = stages, .zero_shards = zero_shards});
 }
 
+// stage_costs() costs each layer kind once for all stages; it must give exactly what
+// stage_cost() gives per stage (GPT and T5, tensor parallel, uneven layer splits,
+// sparse attention, every recompute mode).
+TEST(AnalyticCostModelTest, StageCostsEqualsStageCostOnEveryStage) {
+  struct Case {
+    std::string model;
+    int stages;
+    int tp;
+  };
+  for (const Case& c : {Case{"gpt-6.7b", 4, 1}, Case{"gpt-6.7b", 3, 2}, Case{"t5-11b", 8, 1},
+                        Case{"t5-11b", 5, 4}}) {
+    auto m = make_cost_model("analytic:a100-40g", load_model_spec(c.model),
+                             {.num_stages = c.stages, .tp = c.tp});
+    const MicroBatchShape shape{.batch = 3, .seqlen = 700, .dec_seqlen = 130};
+    const AttentionDensity density{.enc = 0.4, .dec = 0.7};
+    std::vector<StageCost> all(static_cast<std::size_t>(c.stages));
+    for (Recompute mode : kModes) {
+      m->stage_costs(shape, density, mode, all);
+      for (int s = 0; s < c.stages; ++s) {
+        EXPECT_EQ(all[static_cast<std::size_t>(s)], m->stage_cost(s, shape, density, mode))
+            << c.model << " pp " << c.stages << " tp " << c.tp << " stage " << s;
+      }
+    }
+  }
+}
+
 TEST(AnalyticCostModelTest, DescribesItselfAndItsLayout) {
   auto m = analytic("gpt-6.7b", 4);
   EXPECT_EQ(m->describe(), "analytic:a100-40g");

@@ -26,6 +26,20 @@ TEST(CalibrationTest, UncalibratedModelAnswersLikeItsBase) {
   EXPECT_EQ(model->describe(), base->describe());
 }
 
+TEST(CalibrationTest, StageCostsScalesEveryStageAsStageCostDoes) {
+  auto calibration = std::make_shared<CostCalibration>(3, 1.0);
+  calibration->observe(1, {.measured_ms = 2, .base_ms = 1}, {.measured_ms = 3, .base_ms = 1});
+  auto model = make_calibrated_cost_model(gpt_tiny(3), calibration);
+  const MicroBatchShape shape{.batch = 2, .seqlen = 384};
+  std::vector<StageCost> all(3);
+  model->stage_costs(shape, {.enc = 0.5}, Recompute::Selective, all);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(all[static_cast<std::size_t>(s)],
+              model->stage_cost(s, shape, {.enc = 0.5}, Recompute::Selective));
+  }
+  EXPECT_NE(all[1], gpt_tiny(3)->stage_cost(1, shape, {.enc = 0.5}, Recompute::Selective));
+}
+
 TEST(CalibrationTest, FirstObservationIsTakenWholeThenSmoothedGeometrically) {
   CostCalibration c(2, 0.5);
   c.observe(1, {.measured_ms = 30, .base_ms = 10}, {.measured_ms = 10, .base_ms = 20});

@@ -93,17 +93,19 @@ struct Partition {
 //      none above max t(P∞) (f is already f_∞ there). Below T_lo = max_i t([i,i+1))
 //      nothing is feasible when times grow with the segment; one DP at the largest time
 //      below T_lo certifies that (if it is feasible after all, every time is kept).
-//   3. Branch and bound over the sorted distinct thresholds left: a DP at T returning a
-//      partition whose max is T' proves f constant on [T', T]; an interval whose ends
-//      have equal f is skipped; an interval (lo, hi) is pruned when
-//      w·f_hi + (p−1)·T_{lo+1} >= incumbent. Intervals are split at the midpoint,
-//      smaller thresholds first.
+//   3. Branch and bound over the segment times left, as values (no sorted list): a DP
+//      at T returning a partition whose max is T' proves f constant on [T', T]; a range
+//      whose ends have equal f is skipped. In a range (lo, hi) with f >= f_hi only
+//      thresholds T with w·f_hi + (p−1)·T < incumbent can improve; the DP runs at the
+//      largest of them (a binary search per row), so each pass either improves the
+//      incumbent or raises the f that bounds the thresholds below. The smallest
+//      threshold is run first, then ranges of smaller thresholds first.
+//      (Thinned mode bisects its sorted candidate list instead.)
 // Invariants: f_T is non-increasing in T; every candidate T is some segment time; the
 //   incumbent is always the objective of an actual partition.
 // Complexity: one DP pass is O(Σ_i min(window(i), #segments from i with t <= T)) when
-//   rows are non-decreasing (checked once; else O(Σ window)). Passes: 1 for p = 1, in
-//   practice a few to a few tens (bounded by O(#breakpoints of f_T · log m)); candidate
-//   collection O(m log m) for the m segment times inside [T_lo, T_up].
+//   rows are non-decreasing (checked once; else O(Σ window)), and choosing its threshold
+//   O(n log window). Passes: 1 for p = 1, in practice a few to a few tens.
 Partition solve_partition(const SegmentTable& table, const PartitionOptions& options);
 
 }  // namespace dynapipe

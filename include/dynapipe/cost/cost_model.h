@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,11 @@ class CostModel {
   // shape outside a profile's grid is extrapolated (see docs/profile-format.md).
   virtual StageCost stage_cost(int stage, const MicroBatchShape& shape,
                                const AttentionDensity& density, Recompute recompute) const = 0;
+  // stage_cost() of every stage, into out[0, num_stages()), equal to the per-stage calls.
+  // The planner costs each micro-batch on all stages; a model whose stages repeat the
+  // same layers overrides this to cost each layer once. Default: stage_cost() per stage.
+  virtual void stage_costs(const MicroBatchShape& shape, const AttentionDensity& density,
+                           Recompute recompute, std::span<StageCost> out) const;
   // Parameters + gradients + optimizer states held by `stage` for the whole run.
   virtual std::int64_t static_bytes(int stage) const = 0;
   // One point-to-point message of `bytes` between neighbouring stages.
