@@ -121,6 +121,8 @@ void run_plan(const PlanFlags& flags) {
       other.strategy = strategy;
       const std::string name(strategy_name(strategy));
       try {
+        // Each baseline on its own best split (docs/partition.md), not dynapipe's.
+        other.stage_layers = stage_layers_for(flags.common, other);
         // packing-megatron's global batches are rows-based; the others share token batches.
         const bool own_batches =
             (strategy == Strategy::PackingMegatron) != (config.strategy == Strategy::PackingMegatron);

@@ -12,6 +12,7 @@
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
+#include "dynapipe/cost/model_spec.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/report/iteration_stats.h"
 #include "dynapipe/report/table.h"
@@ -40,7 +41,7 @@ void run_simulate(const SimulateFlags& flags) {
               static_cast<long long>(base.global_batch_tokens), base.cost_model.c_str(),
               batches.size());
   TextTable table({"strategy", "schedule", "est. iter ms", "tokens/s", "bubble", "peak GiB/stage",
-                   "ideal ms", "vs ideal"});
+                   "ideal ms", "vs ideal", "layers/stage"});
   ExecutionPlan best_plan;
   double best_ms = 0;
   const std::vector<std::string> strategies = split(flags.strategies, ',');
@@ -73,12 +74,22 @@ void run_simulate(const SimulateFlags& flags) {
       config.strategy = *parse_strategy(strategy);
       config.schedule = *parse_schedule_kind(schedule);
       PlannedRun run;
+      std::string layers = "-";
       try {
+        // Every row on its own best split (docs/partition.md): a baseline compared in its
+        // strongest form, not on the split chosen for --strategy.
+        if (config.strategy != base.strategy || config.schedule != base.schedule) {
+          config.stage_layers = stage_layers_for(flags.common, config);
+        }
+        layers = join(layers_per_stage(config.stage_layers.empty()
+                                           ? assign_layers_uniform(config.model, config.pp)
+                                           : config.stage_layers),
+                      ",");
         run = plan_batches(config, megatron ? megatron_batches : batches, (strategy + "/" + schedule).c_str());
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
         table.add_row({strategy, schedule, "-", "-", "-", "-", "-",
-                       e.kind() == ErrorKind::Infeasible ? "infeasible" : "n/a"});
+                       e.kind() == ErrorKind::Infeasible ? "infeasible" : "n/a", layers});
         const std::string why = cat(schedule, ": ", e.what());
         if (e.kind() == ErrorKind::Unsupported &&
             std::find(unsupported.begin(), unsupported.end(), why) == unsupported.end()) {
@@ -98,7 +109,7 @@ void run_simulate(const SimulateFlags& flags) {
       table.add_row({strategy, schedule, format_fixed(ms, 1),
                      format_fixed(run.summary.est_tokens_per_s, 0), format_fixed(bubble, 3),
                      memory_cell(peak), format_fixed(ideal, 1),
-                     format_fixed(ms / std::max(ideal, 1e-9), 2) + "x"});
+                     format_fixed(ms / std::max(ideal, 1e-9), 2) + "x", layers});
       if (!flags.trace.empty() && (best_ms == 0 || ms < best_ms)) {
         best_ms = ms;
         best_plan.config = config;

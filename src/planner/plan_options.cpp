@@ -169,6 +169,11 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   config.iterations = options.iterations;
   config.micro_batch_size = options.micro_batch_size;
   if (options.recompute != "auto") config.recompute = parse_recompute(options.recompute);
+  config.stage_layers = stage_layers_for(options, config);
+  return config;
+}
+
+std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config) {
   const LayerPartition partition = *parse_layer_partition(options.partition);  // validated above
   std::vector<GlobalBatch> batches;
   // balanced weighs the layers by the first batches' work when the samples are known.
@@ -182,8 +187,7 @@ PlanConfig to_plan_config(const PlanOptions& options) {
     const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
     batches = form_global_batches(data, config.global_batch_tokens, defaults.joint_batches);
   }
-  config.stage_layers = choose_stage_layers(config, partition, batches);
-  return config;
+  return choose_stage_layers(config, partition, batches);
 }
 
 }  // namespace dynapipe

@@ -8,6 +8,7 @@
 #include "dynapipe/cost/layer_balance.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/global_batch.h"
+#include "dynapipe/planner/plan_options.h"
 #include "dynapipe/planner/planner.h"
 
 namespace dynapipe {
@@ -163,6 +164,38 @@ TEST(LayerPartitionTest, BalancedKeepsUniformWhereItPlansFaster) {
     return total;
   };
   EXPECT_LT(planned({}), planned(assign_layers(config.model, {3, 4, 4, 4, 4, 4, 5, 4})));
+}
+
+TEST(LayerPartitionTest, EachStrategyGetsItsOwnFasterSplit) {
+  // GPT-6.7B pp 8 at 2048 tokens: dynapipe keeps the uniform split (above), while
+  // packing-varlen plans faster on the memory-ruled one; stage_layers_for() gives each its
+  // own, as `simulate` and `plan`'s comparison use them.
+  PlanOptions options;
+  options.model = "gpt-6.7b";
+  options.samples = DYNAPIPE_SOURCE_DIR "/assets/flan_like_mix.jsonl.gz";
+  options.pp = 8;
+  options.max_seqlen = 2048;
+  options.memory_limit_gib = 40;
+  const PlanConfig dynapipe = to_plan_config(options);
+  PlanConfig varlen = dynapipe;
+  varlen.strategy = Strategy::PackingVarlen;
+  varlen.stage_layers = stage_layers_for(options, varlen);
+  EXPECT_TRUE(dynapipe.stage_layers.empty());
+  EXPECT_EQ(layers_per_stage(varlen.stage_layers), (std::vector<int>{3, 4, 4, 4, 4, 4, 5, 4}));
+  // Each plans faster on its own split, as balanced plans them (the first 4 batches).
+  const Dataset data = Dataset::load(dynapipe.samples_path, truncation_limits(dynapipe));
+  const std::vector<GlobalBatch> batches = form_global_batches(data, dynapipe.global_batch_tokens, 4);
+  PlannerOptions planner_options;
+  planner_options.verify = false;
+  auto planned = [&](PlanConfig config, const std::vector<StageLayers>& layers) {
+    config.stage_layers = layers;
+    const Planner planner(config, planner_options);
+    double total = 0;
+    for (const GlobalBatch& batch : batches) total += planner.plan_iteration(batch).est_iteration_ms;
+    return total;
+  };
+  EXPECT_LT(planned(varlen, varlen.stage_layers), planned(varlen, dynapipe.stage_layers));
+  EXPECT_LT(planned(dynapipe, dynapipe.stage_layers), planned(dynapipe, varlen.stage_layers));
 }
 
 TEST(LayerPartitionTest, BalancedKeepsUniformWhenOnlyUniformHoldsTheWeights) {

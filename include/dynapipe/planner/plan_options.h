@@ -74,4 +74,11 @@ void validate_plan_options(const PlanOptions& options);
 // load_model_spec() throw.
 PlanConfig to_plan_config(const PlanOptions& options);
 
+// The layer split `options.partition` chooses for `config`'s own strategy and schedule,
+// as to_plan_config() chooses it for options.strategy and options.schedule: `plan`'s
+// comparison and `simulate` plan every strategy x schedule on its own best split, so each
+// baseline is compared in its strongest form (docs/partition.md). Empty means uniform.
+// Reads the samples file once per call when the partition needs it.
+std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config);
+
 }  // namespace dynapipe
