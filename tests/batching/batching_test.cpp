@@ -9,6 +9,7 @@
 #include "batching/random_batches.h"
 #include "dynapipe/batching/head_tail.h"
 #include "dynapipe/batching/ordering.h"
+#include "dynapipe/batching/varlen_regroup.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
 #include "support/fake_cost_model.h"
@@ -313,6 +314,27 @@ TEST(TokenBasedTest, GrowsWhilePaddedTokensFitTheBudget) {
   EXPECT_EQ(ids_of(result.replicas[0]), (std::vector<std::vector<SampleId>>{{1}, {3, 4}, {0, 2}}));
   EXPECT_EQ(shapes_of(result.replicas[0]),
             (std::vector<MicroBatchShape>{{1, 104, 0}, {2, 96, 0}, {2, 40, 0}}));
+}
+
+TEST(VarlenRegroupTest, TokenBasedCutRunsAsOneUnpaddedRowPerMicroBatch) {
+  const FakeCostModel model({.num_stages = 1});
+  const GlobalBatch batch = gpt_batch({40, 100, 30, 90, 50});
+  const BatchingOptions options{.strategy = Strategy::TokenBased, .max_seqlen = 128,
+                                .token_budget = 200};
+  const BatchingResult theirs = make_microbatches(batch, model, options);
+  const std::vector<MicroBatch> ours = as_varlen_microbatches(batch, theirs.replicas[0], options);
+  // Same samples in the same micro-batches, one row of their tokens rounded up to 8:
+  // 100 → 104 | 90 + 50 → 144 | 40 + 30 → 72 (token-based computes 104 | 192 | 80).
+  EXPECT_EQ(ids_of(ours), ids_of(theirs.replicas[0]));
+  EXPECT_EQ(shapes_of(ours), (std::vector<MicroBatchShape>{{1, 104, 0}, {1, 144, 0}, {1, 72, 0}}));
+  for (std::size_t k = 0; k < ours.size(); ++k) {
+    EXPECT_EQ(ours[k].id, static_cast<int>(k));
+    EXPECT_EQ(ours[k].rows, (std::vector<std::vector<SampleId>>{ours[k].sample_ids}));
+    EXPECT_EQ(ours[k].real_tokens, theirs.replicas[0][k].real_tokens);
+    EXPECT_LE(ours[k].shape.tokens(), theirs.replicas[0][k].shape.tokens());
+  }
+  // Block-diagonal attention: 90² + 50² of the row's 144², not dense.
+  EXPECT_NEAR(ours[1].density.enc, (90.0 * 90 + 50.0 * 50) / (144.0 * 144), 1e-12);
 }
 
 TEST(BatchingTest, InfeasibleSampleIsNamed) {

@@ -136,6 +136,36 @@ TEST(PlannerTest, PaddedCutNeverMakesThePlanSlower) {
   EXPECT_GE(improved, 1);
 }
 
+// packing-varlen's and token-based's cuts run varlen are searched on top of the usual
+// three, so they can only make a plan faster; and with them dynapipe plans every iteration
+// no slower than those two baselines plan it themselves (same split, schedule auto).
+TEST(PlannerTest, BaselineCutsKeepDynapipeAheadOfPackingVarlenAndTokenBased) {
+  for (int pp : {4, 8}) {
+    for (std::int64_t max_seqlen : {2048, 4096}) {
+      const PlanConfig config = gpt_config("dynapipe", pp, 1, max_seqlen);
+      PlannerOptions without = options_with(false, {});
+      without.baseline_cuts = false;
+      const Planner plain(config, without);
+      const Planner with_cuts(config, options_with(false, {}));
+      std::vector<std::unique_ptr<Planner>> baselines;
+      for (const char* baseline : {"packing-varlen", "token-based"}) {
+        baselines.push_back(std::make_unique<Planner>(gpt_config(baseline, pp, 1, max_seqlen),
+                                                      options_with(false, {})));
+      }
+      for (const GlobalBatch& batch : batches_of(config, 3)) {
+        const double b = with_cuts.plan_iteration(batch).est_iteration_ms;
+        EXPECT_LE(b, plain.plan_iteration(batch).est_iteration_ms)
+            << "pp " << pp << ", max seqlen " << max_seqlen << ", iteration " << batch.index;
+        for (const auto& baseline : baselines) {
+          EXPECT_LE(b, baseline->plan_iteration(batch).est_iteration_ms * (1 + 1e-9))
+              << strategy_name(baseline->config().strategy) << " pp " << pp << ", max seqlen "
+              << max_seqlen << ", iteration " << batch.index;
+        }
+      }
+    }
+  }
+}
+
 TEST(PlannerTest, CalibrationScalesTheEstimates) {
   const PlanConfig config = gpt_config("dynapipe", 4, 1, 2048);
   auto calibration = std::make_shared<CostCalibration>(4);

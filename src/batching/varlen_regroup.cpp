@@ -1,0 +1,34 @@
+#include "dynapipe/batching/varlen_regroup.h"
+
+#include <unordered_map>
+
+#include "costing.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
+
+namespace dynapipe {
+
+std::vector<MicroBatch> as_varlen_microbatches(const GlobalBatch& batch,
+                                               const std::vector<MicroBatch>& microbatches,
+                                               const BatchingOptions& options) {
+  std::unordered_map<SampleId, std::size_t> index;
+  for (std::size_t k = 0; k < batch.samples.size(); ++k) index.emplace(batch.samples[k].id, k);
+  std::vector<MicroBatch> varlen;
+  varlen.reserve(microbatches.size());
+  std::vector<std::size_t> members;
+  for (const MicroBatch& mb : microbatches) {
+    members.clear();
+    for (SampleId id : mb.sample_ids) {
+      const auto it = index.find(id);
+      DYNAPIPE_CHECK(it != index.end(),
+                     cat("as_varlen_microbatches: sample ", id, " not in the batch"));
+      members.push_back(it->second);
+    }
+    varlen.push_back(detail::make_varlen_microbatch(batch.samples, members, options.kind,
+                                                    options.seqlen_multiple));
+    varlen.back().id = static_cast<int>(varlen.size() - 1);
+  }
+  return varlen;
+}
+
+}  // namespace dynapipe
