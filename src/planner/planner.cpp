@@ -174,10 +174,11 @@ struct Planner::Impl {
   Choice search(const GlobalBatch& batch, const BatchingOptions& options,
                 ScheduleKind schedule, bool quick = false,
                 BatchingCache* cache = nullptr) const;
+  // permute: a quick search that also tries the permuted micro-batch orders.
   Choice search_replicas(const GlobalBatch& batch,
                          const std::vector<std::vector<MicroBatch>>& replicas,
                          ScheduleKind schedule, bool quick = false,
-                         Recompute recompute = Recompute::None) const;
+                         Recompute recompute = Recompute::None, bool permute = false) const;
   Choice choose(const GlobalBatch& batch) const;
   // make_search_candidates() for one recompute mode: only that mode's problems are costed.
   std::vector<SearchCandidate> own_mode_candidates(ScheduleKind schedule,
@@ -226,7 +227,7 @@ std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
 Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
                                       const std::vector<std::vector<MicroBatch>>& replicas,
                                       ScheduleKind schedule, bool quick,
-                                      Recompute recompute) const {
+                                      Recompute recompute, bool permute) const {
   const Impl& m = *this;
   Choice choice;
   choice.schedule = schedule;
@@ -259,7 +260,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
         // fits no schedule, a heavier mode may (the simulator's peaks are not the DP's
         // memory rule): all of them.
         SearchOptions quick_options = search_options;
-        quick_options.permute = false;
+        quick_options.permute = permute;
         replica.candidates = m.own_mode_candidates(schedule, replica.microbatches, recompute);
         try {
           replica.best = search_schedule(replica.candidates, quick_options);
@@ -433,12 +434,15 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
                    [](const Choice& a, const Choice& b) { return a.est_ms < b.est_ms; });
   constexpr std::size_t kFullSearches = 3;
   std::optional<Choice> choice;
-  auto search_in_full = [&](const Choice& ranked_choice) -> double {
+  // own_mode: only the cut's recompute mode (its quick search's), orders permuted.
+  auto search_in_full = [&](const Choice& ranked_choice, bool own_mode = false) -> double {
     std::vector<std::vector<MicroBatch>> replicas;
     for (const ReplicaChoice& replica : ranked_choice.replicas) {
       replicas.push_back(replica.microbatches);
     }
-    Choice full = m.search_replicas(batch, replicas, ranked_choice.schedule);
+    Choice full = own_mode ? m.search_replicas(batch, replicas, ranked_choice.schedule, true,
+                                               ranked_choice.dp_recompute, /*permute=*/true)
+                           : m.search_replicas(batch, replicas, ranked_choice.schedule);
     full.batching = ranked_choice.batching;
     full.dp_recompute = ranked_choice.dp_recompute;
     const double est_ms = full.est_ms;
@@ -461,16 +465,17 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   }
   // A baseline's cut, then, when its quick estimate is within kBaselineWindow of the best
   // full result of the three (the padded cut left out, so that option never changes this
-  // choice): the full search's permuted orders gain such a cut 3–4% over its quick
-  // estimate (T5-11B pp 8 at 4096, GPT-6.7B pp 8 at 4096), more than the quick ranking
-  // separates it from the DP's cuts.
+  // choice), searched in its own recompute mode with permuted orders: those orders gain
+  // such a cut 3–4% over its quick estimate (T5-11B pp 8 at 4096, GPT-6.7B pp 8 at 4096),
+  // more than the quick ranking separates it from the DP's cuts; the other recompute modes
+  // changed no plan and cost 3× the search.
   constexpr double kBaselineWindow = 1.02;
   const double window_ms =
       (std::isfinite(others_best_ms) ? others_best_ms : choice->est_ms) * kBaselineWindow;
   const auto best_baseline = std::find_if(ranked.begin(), ranked.end(),
                                           [](const Choice& c) { return c.baseline_cut; });
   if (best_baseline != ranked.end() && best_baseline->est_ms < window_ms) {
-    search_in_full(*best_baseline);
+    search_in_full(*best_baseline, /*own_mode=*/true);
   }
   // The DP sizes micro-batches to the 1F1B memory rule; schedules that keep more in
   // flight (zb1p, cyclic) may only fit smaller ones. Optionally also the DP under a

@@ -55,8 +55,8 @@ struct PlannerOptions {
   bool padded_cut = true;
   // dynapipe: also simulate packing-varlen's and token-based's micro-batches (cut by
   // those strategies under their own 1F1B rule) run varlen, one block-diagonal row each
-  // (batching/varlen_regroup.h), ranked by a quick search, the better one searched in
-  // full when it comes within 2% of the best full result. Default: true.
+  // (batching/varlen_regroup.h), ranked by a quick search, the better one searched again
+  // with permuted orders when it comes within 2% of the best full result. Default: true.
   bool baseline_cuts = true;
 };
 
