@@ -324,6 +324,23 @@ void SegmentTable::push(int start, double time_ms) {
   ++count_[start];
 }
 
+void SegmentTable::push_row(int start, std::span<const double> times) {
+  if (times.empty()) return;
+  DYNAPIPE_CHECK(start >= current_row_ && start < size_,
+                 cat("segment row ", start, " pushed after row ", current_row_, " (size ",
+                     size_, ")"));
+  DYNAPIPE_CHECK(std::none_of(times.begin(), times.end(), [](double t) { return std::isnan(t); }),
+                 cat("NaN time for a segment starting at ", start));
+  DYNAPIPE_CHECK(start + count_[start] + static_cast<std::int64_t>(times.size()) <= size_,
+                 cat("segment from ", start, " past the end ", size_));
+  if (start != current_row_) {
+    begin_[start] = static_cast<std::int64_t>(time_ms_.size());
+    current_row_ = start;
+  }
+  time_ms_.insert(time_ms_.end(), times.begin(), times.end());
+  count_[start] += static_cast<int>(times.size());
+}
+
 Partition solve_partition(const SegmentTable& table, const PartitionOptions& options) {
   DYNAPIPE_CHECK(options.num_stages >= 1, cat("num_stages ", options.num_stages, " < 1"));
   DYNAPIPE_CHECK(options.sum_weight > 0, cat("sum_weight ", options.sum_weight, " <= 0"));

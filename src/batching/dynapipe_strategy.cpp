@@ -24,13 +24,20 @@ class ScannerBase {
   SegmentTable table(int max_count = std::numeric_limits<int>::max(), double cap_ms = kInf) {
     Scanner& self = static_cast<Scanner&>(*this);
     SegmentTable out(self.size());
-    std::int64_t segments = 0;  // counted first: growing the table costs more (page faults)
+    // Counted first: growing the table costs more (page faults).
+    std::vector<int> counts(static_cast<std::size_t>(self.size()));
+    std::int64_t segments = 0;
     for (int i = 0; i < self.size(); ++i) {
-      self.scan_row(i, max_count, cap_ms, [&](int, double) { ++segments; });
+      self.scan_row(i, max_count, cap_ms, [&](int count, double) { counts[i] = count; });
+      segments += counts[i];
     }
     out.reserve(segments);
     for (int i = 0; i < self.size(); ++i) {
-      self.scan_row(i, max_count, cap_ms, [&](int, double t) { out.push(i, t); });
+      if constexpr (requires { self.leading_times(i, 0); }) {
+        out.push_row(i, self.leading_times(i, counts[i]));  // kept times: no second scan
+      } else {
+        self.scan_row(i, max_count, cap_ms, [&](int, double t) { out.push(i, t); });
+      }
     }
     return out;
   }
@@ -244,6 +251,12 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     std::vector<std::int64_t> bytes(stride_);
     return costs_.evaluate_stages(shape, varlen_density(enc_squares, dec_squares, 1, shape, kind_),
                                   bytes);
+  }
+
+  // The times of the first `count` segments of row i. REQUIRES: a scan reached them.
+  std::span<const double> leading_times(int i, int count) const {
+    return std::span<const double>(rows_.rows[static_cast<std::size_t>(i)].time_ms)
+        .first(static_cast<std::size_t>(count));
   }
 
   void remember_cut(const std::vector<int>& starts) {

@@ -41,6 +41,8 @@ class SegmentTable {
   // Appends t([start, start + window(start) + 1)). REQUIRES: rows are filled in order of
   // start (a row may be left empty); start + window(start) < size; time_ms is not NaN.
   void push(int start, double time_ms);
+  // push(start, t) for every t of `times`, in order, checked once per row.
+  void push_row(int start, std::span<const double> times);
   int window(int start) const { return count_[start]; }
   // t([start, start + count)), 1 <= count <= window(start).
   double time_ms(int start, int count) const { return time_ms_[begin_[start] + count - 1]; }
