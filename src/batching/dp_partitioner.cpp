@@ -17,9 +17,9 @@ class ThresholdDp {
  public:
   ThresholdDp(const SegmentTable& table, bool rows_monotone)
       : table_(table), rows_monotone_(rows_monotone),
-        f_(static_cast<std::size_t>(table.size()) + 1) {
-    for (int i = 0; i < table.size(); ++i) max_window_ = std::max(max_window_, table.window(i));
-  }
+        f_(static_cast<std::size_t>(table.size()) + 1),
+        reach_(static_cast<std::size_t>(table.size())),
+        first_start_(static_cast<std::size_t>(table.size()) + 1) {}
 
   // Returns f(n); +inf when no partition has every segment time <= threshold.
   double run(double threshold) {
@@ -29,6 +29,7 @@ class ThresholdDp {
     f_[0] = 0;
     for (int i = 0; i < n; ++i) {
       const double f_i = f_[i];
+      reach_[i] = i;
       if (f_i == kInf) continue;
       const std::span<const double> row = table_.row(i);
       double* f = f_.data() + i + 1;  // f[c]: the prefix ending after segment c of row i
@@ -38,8 +39,10 @@ class ThresholdDp {
         const std::size_t len = static_cast<std::size_t>(
             std::upper_bound(row.begin(), row.end(), threshold) - row.begin());
         for (std::size_t c = 0; c < len; ++c) f[c] = std::min(f[c], f_i + row[c]);
+        reach_[i] = i + static_cast<int>(len);
         continue;
       }
+      reach_[i] = i + static_cast<int>(row.size());
       for (std::size_t c = 0; c < row.size(); ++c) {
         if (row[c] <= threshold) f[c] = std::min(f[c], f_i + row[c]);
       }
@@ -51,13 +54,19 @@ class ThresholdDp {
   // end, each micro-batch starts at the earliest i whose segment within the threshold
   // gives f exactly: the start a forward pass keeping strict improvements would record
   // (ties: the earliest start wins, so results are deterministic).
-  void reconstruct(Partition* out) const {
+  void reconstruct(Partition* out) {
     out->starts.clear();
     out->sum_ms = 0;
     out->max_ms = 0;
+    // first_start_[j]: the first i whose segments within the threshold reach j (it only
+    // grows with j), so each end scans only starts that could end there.
+    for (int j = 0, i = 0; j <= table_.size(); ++j) {
+      while (i < j && reach_[i] < j) ++i;
+      first_start_[j] = i;
+    }
     for (int j = table_.size(); j > 0;) {
       int from = -1;
-      for (int i = std::max(0, j - max_window_); i < j && from < 0; ++i) {
+      for (int i = first_start_[j]; i < j && from < 0; ++i) {
         const int count = j - i;
         if (f_[i] == kInf || count > table_.window(i)) continue;
         const double t = table_.time_ms(i, count);
@@ -80,7 +89,8 @@ class ThresholdDp {
   bool rows_monotone_;
   std::vector<double> f_;
   double threshold_ = kInf;  // of the last run()
-  int max_window_ = 0;
+  std::vector<int> reach_;        // per row, in the last run(): i + its segments within it
+  std::vector<int> first_start_;  // reconstruct()'s scratch
 };
 
 bool rows_non_decreasing(const SegmentTable& table) {
