@@ -106,7 +106,8 @@ class ThresholdSearch {
  public:
   ThresholdSearch(const SegmentTable& table, const PartitionOptions& options)
       : table_(table), rows_monotone_(rows_non_decreasing(table)), dp_(table, rows_monotone_),
-        weight_(options.sum_weight), slope_(options.bubble_weight * (options.num_stages - 1)) {
+        weight_(options.sum_weight), slope_(options.bubble_weight * (options.num_stages - 1)),
+        items_bound_segments_(options.items_bound_segments) {
     best_.objective_ms = options.incumbent_ms;
   }
 
@@ -126,14 +127,16 @@ class ThresholdSearch {
     for (int i = 0; i < table_.size(); ++i) {
       if (table_.window(i) > 0) t_lo = std::max(t_lo, table_.time_ms(i, 1));
     }
-    double below = -kInf;
-    for (int i = 0; i < table_.size(); ++i) {
-      for (double t : table_.row(i)) {
-        if (t < t_lo && t <= t_up) below = std::max(below, t);
-      }
-    }
     double floor = t_lo;
-    if (below > -kInf && run(below) < kInf) floor = -kInf;  // non-monotone costs: keep all
+    if (!items_bound_segments_) {
+      double below = -kInf;
+      for (int i = 0; i < table_.size(); ++i) {
+        for (double t : table_.row(i)) {
+          if (t < t_lo && t <= t_up) below = std::max(below, t);
+        }
+      }
+      if (below > -kInf && run(below) < kInf) floor = -kInf;  // non-monotone costs: keep all
+    }
 
     sweep_down(floor, t_up, f_all);
     return finish();
@@ -306,6 +309,7 @@ class ThresholdSearch {
   ThresholdDp dp_;
   double weight_;
   double slope_;
+  bool items_bound_segments_;
   Partition best_;
   int passes_ = 0;
 };

@@ -352,7 +352,9 @@ PartitionOptions partition_options(const BatchingOptions& options, double sum_we
           .bubble_weight = options.bubble_weight,
           .min_tmax_interval_ms = options.min_tmax_interval_ms,
           // The thinned search reports threshold objectives: not comparable, no pruning.
-          .incumbent_ms = options.min_tmax_interval_ms > 0 ? kInf : incumbent_ms};
+          .incumbent_ms = options.min_tmax_interval_ms > 0 ? kInf : incumbent_ms,
+          // Time grows with a segment's samples (the scanners' assumption).
+          .items_bound_segments = true};
 }
 
 // The exact DP over one ordered sequence, on a segment table pruned by time. With an
