@@ -292,6 +292,11 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
  private:
   // Costs the next segment of row i (REQUIRES: one is left).
   void extend(int i, VarlenRows::Row* row) {
+    if (row->time_ms.empty()) {  // rows grow one segment at a time: skip the small regrowths
+      constexpr std::size_t kFirstSegments = 32;
+      row->time_ms.reserve(kFirstSegments);
+      row->bytes.reserve(kFirstSegments * stride_);
+    }
     const ModelLengths& l = lengths_[static_cast<std::size_t>(i) + row->time_ms.size()];
     row->enc += l.enc;
     row->dec += l.dec;
