@@ -18,10 +18,12 @@ for seqlen in 1024 2048 4096 8192; do
     read -r model pp gib gpu <<< "$point"
     flags=(--model "$model")
     [ "$model" = t5-11b ] && flags+=(--max-target-len 512)
+    # The est. iter ms column of dynapipe's auto row ("-" or empty: infeasible there).
     ms=$("$DYNAPIPE" simulate --samples assets/flan_like_mix.jsonl.gz --iterations 3 \
            --strategies dynapipe --schedules auto "${flags[@]}" --pp "$pp" \
            --memory-limit "$gib" --cost-model "analytic:$gpu" --max-seqlen "$seqlen" \
-           2> /dev/null | awk -F'|' '$2 ~ /dynapipe/ && $3 ~ /auto/ {gsub(/ /, "", $4); print $4; exit}') \
+           2> /dev/null |
+         awk -F'|' '$2 ~ /dynapipe/ && $3 ~ /auto/ {gsub(/ /, "", $4); print $4; exit}') \
       || true
     echo "$model pp$pp ${gib}G $seqlen ${ms:-infeasible}"
   done

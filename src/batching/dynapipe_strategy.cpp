@@ -364,7 +364,8 @@ PartitionOptions partition_options(const BatchingOptions& options, double sum_we
 
 // The exact DP over one ordered sequence, on a segment table pruned by time. With an
 // upper bound U on the optimum (the incumbent, a cut an earlier DP chose, or the best
-// greedy partition, which are cheap), a segment of time t can only be in a partition P of objective <= U if
+// greedy partition, which are cheap), a segment of time t can only be in a partition P
+// of objective <= U if
 //   (w + p − 1)·t <= U                         (t <= max(P) and t <= Σ(P)), and
 //   t <= (U − w·F) / (p − 1)                   (t <= max(P), Σ(P) >= F),
 // where F = min Σ over the segments passing the first test, found by a DP that does not
