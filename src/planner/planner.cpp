@@ -390,6 +390,9 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     padded_cut.varlen_order = VarlenOrder::Sorted;
     padded_cut.varlen_row_capacity = false;
     padded_cut.varlen_padded_cut = true;
+    // And its recompute mode: the padded DP cannot be pruned by the varlen incumbent, so
+    // each extra mode is a full DP (T5-11B pp 8 short256: ~8% of the plan).
+    if (!padded_cut.recompute) padded_cut.recompute = start.dp_recompute;
     std::optional<Choice> c =
         attempt([&] { return m.search(batch, padded_cut, start.schedule, true, &cache); });
     if (c) ranked.push_back(std::move(*c));
