@@ -158,6 +158,7 @@ class Planner:
         micro_batch_size: int = 0,
         recompute: str = "auto",
         partition: str = "balanced",
+        vertical_sync: int = 0,
     ) -> None: ...
     @property
     def options(self) -> Dict[str, Any]: ...

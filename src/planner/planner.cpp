@@ -53,6 +53,17 @@ void validate_config(const PlanConfig& config) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--memory-limit must be >= 0 GiB, got ", config.memory_limit_gib));
   }
+  // Asynchronous schedules step per micro-batch on each stage: no replicas to reduce with.
+  if (is_async_schedule(config.schedule) && config.dp != 1) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--schedule ", schedule_kind_name(config.schedule), " needs --dp 1, got ",
+                    config.dp));
+  }
+  if (config.vertical_sync && config.schedule != ScheduleKind::PipeDream) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--vertical-sync needs --schedule pipedream, got ",
+                    schedule_kind_name(config.schedule)));
+  }
 }
 
 // Replays the replica's programs (deadlock freedom, matching, buffers) and their memory
@@ -66,6 +77,7 @@ void verify_replica(const ReplicaPlan& replica, const PipelineProblem& problem,
   verify.layout = problem.layout;
   verify.num_microbatches = static_cast<int>(replica.microbatches.size());
   verify.static_bytes = problem.static_bytes;
+  verify.weight_bytes = problem.weight_bytes;
   verify.memory_limit_bytes = memory_limit_bytes;
   verify.bytes_per_element = stage_model.device().bytes_per_element;
   for (const auto& per_stage : problem.costs) {
@@ -242,6 +254,10 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     }
     SearchOptions search_options;
     search_options.seed = m.config.seed;
+    auto with_vertical_sync = [&](std::vector<SearchCandidate> candidates) {
+      for (SearchCandidate& c : candidates) c.problem.vertical_sync = m.config.vertical_sync;
+      return candidates;
+    };
     auto all_candidates = [&] {
       std::vector<SearchCandidate> candidates =
           make_search_candidates(schedule, *m.cost, m.interleaved_cost.get(),
@@ -252,7 +268,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
           return c.recompute != *m.batching.recompute;
         });
       }
-      return candidates;
+      return with_vertical_sync(std::move(candidates));
     };
     try {
       if (quick) {
@@ -261,7 +277,8 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
         // memory rule): all of them.
         SearchOptions quick_options = search_options;
         quick_options.permute = permute;
-        replica.candidates = m.own_mode_candidates(schedule, replica.microbatches, recompute);
+        replica.candidates =
+            with_vertical_sync(m.own_mode_candidates(schedule, replica.microbatches, recompute));
         try {
           replica.best = search_schedule(replica.candidates, quick_options);
         } catch (const Error& e) {
@@ -663,6 +680,9 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     lowering.order = &best.order;
     lowering.sim = &best.sim;
     replica.executors = lower_to_programs(lowering);
+    if (best.order.weight_update != WeightUpdate::PerIteration) {
+      add_weight_versions(replica.executors, best.order);
+    }
     if (m.options.verify) verify_replica(replica, chosen.problem, stage_model, m.memory_limit_bytes);
     iteration.est_iteration_ms = std::max(iteration.est_iteration_ms, replica.est_iteration_ms);
     iteration.replicas.push_back(std::move(replica));

@@ -44,6 +44,9 @@ struct PlanOptions {
   // Layers over the pp stages: uniform, balanced or joint (planner/layer_partition.h);
   // to_plan_config() resolves it into PlanConfig::stage_layers (joint reads the samples).
   std::string partition = "balanced";
+  // 1: pipedream's vertical sync (the first stage's weight version travels with the
+  // activations); a flag on the command line, 0 or 1 in Python.
+  std::int64_t vertical_sync = 0;
 };
 
 // One option. Integers and doubles are checked against [min, max] (inclusive; NaN is
@@ -59,6 +62,7 @@ struct PlanOptionSpec {
   double max = 0;
   std::vector<std::string> choices;
   bool show_default = true;  // CLI help prints the default
+  bool is_flag = false;      // an int in [0, 1] given as a bare flag on the command line
 };
 
 // Every option but `samples`, in CLI help order.

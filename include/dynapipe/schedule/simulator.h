@@ -20,6 +20,9 @@
 //    W frees stored_bytes (conservative: W still needs the layer inputs, and we keep
 //    the whole activation until then). Received-but-unconsumed messages are not
 //    counted. The peak depends only on each device's order, not on timing.
+//  * Asynchronous orders (ScheduleOrder::weight_update) also hold their stashed weight
+//    versions (weight_versions.h), each PipelineProblem::weight_bytes of the device: during
+//    an op, the versions stashed before it; right after a stash, one more.
 //
 // Thread-safety: simulate() is reentrant; one Simulator object per thread.
 //
