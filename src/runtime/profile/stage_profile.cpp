@@ -76,20 +76,22 @@ std::vector<GridShape> stage_shapes(const ModelSpec& spec, const StageProfilerOp
   return shapes;
 }
 
-// Measured / estimated, forward and backward, at one shape.
-struct Ratio {
+// One measured shape: the pipeline's summed forward and backward ms, measured and estimated.
+struct Sums {
   std::int64_t batch;
-  double fwd, bwd;
+  double fwd, bwd, est_fwd, est_bwd;
 };
 
-// Ratios of one recompute mode by length; read piecewise-linearly in batch, then length,
-// held constant beyond the measured shapes.
+// Measured / estimated by (batch, seqlen) for one recompute mode. Along a length's row the
+// measured and estimated sums are each interpolated linearly in batch before dividing (a
+// fixed cost per micro-batch makes the ratio fall like 1/batch, not linearly); between
+// lengths the ratios are interpolated linearly; beyond the measured shapes they are held.
 class RatioTable {
  public:
-  void add(std::int64_t seqlen, Ratio r) {
+  void add(std::int64_t seqlen, Sums m) {
     auto& row = rows_[seqlen];
-    row.push_back(r);
-    std::sort(row.begin(), row.end(), [](const Ratio& a, const Ratio& b) { return a.batch < b.batch; });
+    row.push_back(m);
+    std::sort(row.begin(), row.end(), [](const Sums& a, const Sums& b) { return a.batch < b.batch; });
   }
   std::pair<double, double> at(std::int64_t batch, std::int64_t seqlen) const {
     auto hi = rows_.lower_bound(seqlen);
@@ -103,16 +105,19 @@ class RatioTable {
   }
 
  private:
-  static std::pair<double, double> in_row(const std::vector<Ratio>& row, std::int64_t batch) {
-    if (batch <= row.front().batch) return {row.front().fwd, row.front().bwd};
-    if (batch >= row.back().batch) return {row.back().fwd, row.back().bwd};
+  static std::pair<double, double> ratios(const Sums& m) { return {m.fwd / m.est_fwd, m.bwd / m.est_bwd}; }
+  static std::pair<double, double> in_row(const std::vector<Sums>& row, std::int64_t batch) {
+    if (batch <= row.front().batch) return ratios(row.front());
+    if (batch >= row.back().batch) return ratios(row.back());
     auto hi = std::lower_bound(row.begin(), row.end(), batch,
-                               [](const Ratio& r, std::int64_t b) { return r.batch < b; });
+                               [](const Sums& m, std::int64_t b) { return m.batch < b; });
     auto lo = std::prev(hi);
     const double w = static_cast<double>(batch - lo->batch) / static_cast<double>(hi->batch - lo->batch);
-    return {lo->fwd + w * (hi->fwd - lo->fwd), lo->bwd + w * (hi->bwd - lo->bwd)};
+    auto mix = [w](double a, double b) { return a + w * (b - a); };
+    return ratios({batch, mix(lo->fwd, hi->fwd), mix(lo->bwd, hi->bwd), mix(lo->est_fwd, hi->est_fwd),
+                   mix(lo->est_bwd, hi->est_bwd)});
   }
-  std::map<std::int64_t, std::vector<Ratio>> rows_;
+  std::map<std::int64_t, std::vector<Sums>> rows_;
 };
 
 double round_ms(double ms) { return std::round(ms * 1e4) / 1e4; }
@@ -167,7 +172,7 @@ StageProfile measure_stage_profile(const ModelSpec& spec, const StageProfilerOpt
         est_bwd += est[s].bwd_ms;
       }
       DYNAPIPE_CHECK(est_fwd > 0 && est_bwd > 0, "analytic stage estimate must be positive");
-      ratios[mode].add(g.seqlen, Ratio{g.batch, fwd / est_fwd, bwd / est_bwd});
+      ratios[mode].add(g.seqlen, Sums{g.batch, fwd, bwd, est_fwd, est_bwd});
       result.measurements.push_back(std::move(m));
       ++done;
       if (options.progress) {
