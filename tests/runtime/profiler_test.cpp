@@ -199,8 +199,10 @@ TEST(StageProfilerTest, GptTwoStagesSumToTheMeasuredStages) {
 TEST(StageProfilerTest, T5OneStageSumsToTheMeasuredStage) {
   StageProfilerOptions o;
   o.seqlens = {16, 32};
-  o.dec_seqlens = {8, 16};
-  o.max_tokens = 64;  // (16, 16): 1 and 2 rows; (32, 16): 1
+  // Every encoder length is a decoder length too (as the default grids are), so each shape
+  // pairs equal lengths: the head and decoder embedding are read at the measured ratio.
+  o.dec_seqlens = {8, 16, 32};
+  o.max_tokens = 64;  // (16, 16): 1 and 2 rows; (32, 32): 1
   check_stage_profile("t5-tiny", 1, o, 3);
 }
 
