@@ -10,10 +10,13 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/output_file.h"
 #include "cli/transformer_graph.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/cost/profile.h"
@@ -33,6 +36,9 @@ struct ProfileArgs {
   bool no_progress = false;
   bool no_split_backward = false;
   runtime::ProfilerOptions options;
+  bool stages = false;  // whole-stage mode (measure_stage_profile)
+  runtime::StageProfilerOptions stage;
+  std::vector<std::string> stage_recompute{"none"};
 };
 
 // A bar redrawn in place on a terminal; elsewhere (logs, CI) a line per tenth.
@@ -92,7 +98,21 @@ void setup_profile(CLI::App& app) {
   cmd->add_flag("--no-split-backward", args->no_split_backward,
                 "Do not time backward_input/flush (bwd_input_ms, bwd_weight_ms are left out)");
   cmd->add_flag("--no-progress", args->no_progress, "No progress output on stderr");
-  cmd->callback([args, seqlens, dec_seqlens] {
+  cmd->add_flag("--stages", args->stages,
+                "Time whole stages as train runs them (collate, varlen forward + backward, AdamW; "
+                "at --pp > 1 the stages together) and scale the analytic cpu tables to them");
+  cmd->add_option("--pp", args->stage.pp, "--stages: pipeline stages run together (as train --pp)")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", args->stage.max_tokens,
+                  "--stages: tokens per measured micro-batch at most (rows 1, 4, 16, ... and the most "
+                  "that fit)")
+      ->capture_default_str();
+  cmd->add_option("--stage-recompute", args->stage_recompute,
+                  "--stages: recompute modes measured, comma-separated (others scale as none)")
+      ->delimiter(',')->capture_default_str();
+  auto* warmup = cmd->get_option("--warmup");
+  auto* repeats = cmd->get_option("--repeats");
+  cmd->callback([args, seqlens, dec_seqlens, warmup, repeats] {
     auto& options = args->options;
     // The grid covers every length train will ask about, so plans interpolate instead of
     // extrapolating the quadratic attention linearly.
@@ -107,7 +127,31 @@ void setup_profile(CLI::App& app) {
     options.split_backward = !args->no_split_backward;
     if (!args->no_progress) options.progress = progress_printer();
     const auto start = std::chrono::steady_clock::now();
-    const Profile profile = runtime::measure_profile(spec, options);
+    Profile profile;
+    if (args->stages) {
+      runtime::StageProfilerOptions& stage = args->stage;
+      stage.seqlens = options.grid.seqlens;
+      stage.dec_seqlens = options.grid.dec_seqlens;
+      // A whole stage costs several layers: fewer rounds than the per-layer default.
+      if (warmup->count() > 0) stage.warmup = options.warmup;
+      if (repeats->count() > 0) stage.repeats = options.repeats;
+      stage.threads = options.threads;
+      stage.seed = options.seed;
+      stage.progress = options.progress;
+      stage.modes.clear();
+      for (const std::string& name : args->stage_recompute) {
+        const auto mode = parse_recompute(name);
+        if (!mode) {
+          throw Error(ErrorKind::InvalidArgument,
+                      cat("--stage-recompute values must be none, selective or full, got '", name,
+                          "'"));
+        }
+        stage.modes.push_back(*mode);
+      }
+      profile = runtime::measure_stage_profile(spec, stage).profile;
+    } else {
+      profile = runtime::measure_profile(spec, options);
+    }
     std::string graph_text;  // made first, so a failure writes neither file
     if (!args->graph_txt.empty()) {
       CostModelOptions per_layer;

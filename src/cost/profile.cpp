@@ -195,6 +195,7 @@ std::string profile_to_json(const Profile& profile) {
   device["allreduce_bandwidth_gbs"] = profile.device.allreduce_bandwidth_gbs;
   if (profile.device.peak_tflops > 0) device["peak_tflops"] = profile.device.peak_tflops;
   if (profile.device.memory_bandwidth_gbs > 0) device["memory_bandwidth_gbs"] = profile.device.memory_bandwidth_gbs;
+  if (profile.runtime_bytes > 0) device["runtime_bytes"] = profile.runtime_bytes;
   root["device"] = device;
   root["bytes_per_element"] = profile.device.bytes_per_element;
   if (profile.tensor_parallel != 1) root["tensor_parallel"] = profile.tensor_parallel;
@@ -269,7 +270,7 @@ Profile parse_profile(const std::string& json, const std::string& where) {
 
   const JsonValue device = r["device"];
   device.only_fields({"name", "memory_bytes", "link_bandwidth_gbs", "link_latency_ms",
-                      "allreduce_bandwidth_gbs", "peak_tflops", "memory_bandwidth_gbs"});
+                      "allreduce_bandwidth_gbs", "peak_tflops", "memory_bandwidth_gbs", "runtime_bytes"});
   profile.device.name = device["name"].string();
   profile.device.memory_bytes = device["memory_bytes"].integer(0);
   profile.device.link_bandwidth_gbs = device["link_bandwidth_gbs"].number(0);
@@ -279,6 +280,7 @@ Profile parse_profile(const std::string& json, const std::string& where) {
   if (device.has("memory_bandwidth_gbs")) {
     profile.device.memory_bandwidth_gbs = device["memory_bandwidth_gbs"].number(0);
   }
+  if (device.has("runtime_bytes")) profile.runtime_bytes = device["runtime_bytes"].integer(0);
   profile.device.bytes_per_element = static_cast<int>(r["bytes_per_element"].integer(1, 8));
   if (r.has("tensor_parallel")) {
     profile.tensor_parallel = static_cast<int>(r["tensor_parallel"].integer(1, 1024));

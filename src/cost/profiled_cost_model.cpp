@@ -187,7 +187,7 @@ class ProfiledCostModel final : public CostModel {
         bytes += parameter_bytes_[static_cast<int>(ProfileLayerKind::Head)];
         if (!embeds) bytes += token_table_bytes;
       }
-      static_bytes_.push_back(model_state_bytes(bytes / e, e, options.zero_shards));
+      static_bytes_.push_back(model_state_bytes(bytes / e, e, options.zero_shards) + profile.runtime_bytes);
     }
   }
 

@@ -31,4 +31,12 @@ grep -q '"seqlen":96' "$work/grid.json"
 "$binary" plan --samples "$samples" --model gpt-tiny --cost-model "$work/grid.json" --max-seqlen 96 \
   --global-batch-tokens 512 --out "$work/grid.plan.json" --no-compare >/dev/null 2>"$work/plan.err"
 if grep -q "warning" "$work/plan.err"; then cat "$work/plan.err"; exit 1; fi
+# Whole stages (--stages) at pp 2: a profile train plans with, no refinement.
+"$binary" profile --stages --pp 2 --model gpt-tiny --out "$work/stages.json" --seqlens 16,32,64 \
+  --max-tokens 128 --warmup 0 --repeats 1 --no-progress
+grep -q '"format": "dynapipe-profile"' "$work/stages.json"
+"$binary" train --data "$samples" --model gpt-tiny --cost-model "$work/stages.json" --pp 2 \
+  --max-seqlen 64 --global-batch-tokens 512 --steps 2 --no-progress \
+  --metrics "$work/stages.metrics.jsonl" >/dev/null 2>"$work/train.err"
+grep -q '"summary":true' "$work/stages.metrics.jsonl"
 echo "profile then plan and train: ok"

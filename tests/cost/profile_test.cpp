@@ -171,6 +171,21 @@ TEST(ProfileTest, ProfiledIsCloseToItsAnalyticSourceBetweenGridPoints) {
   }
 }
 
+// device.runtime_bytes (optional) is per rank: every stage's static bytes grow by it, and
+// it survives the JSON round trip; without it the file is as before.
+TEST(ProfileTest, RuntimeBytesAddToEveryStagesStaticBytes) {
+  Profile profile = analytic_profile("gpt-tiny", kGrid);
+  EXPECT_EQ(profile_to_json(profile).find("runtime_bytes"), std::string::npos);
+  auto without = make_profiled_cost_model(profile, {.num_stages = 2});
+  profile.runtime_bytes = 40 << 20;
+  const Profile again = parse_profile(profile_to_json(profile), "p.json");
+  EXPECT_EQ(again.runtime_bytes, 40 << 20);
+  auto with = make_profiled_cost_model(again, {.num_stages = 2});
+  for (int stage = 0; stage < 2; ++stage) {
+    EXPECT_EQ(with->static_bytes(stage) - without->static_bytes(stage), 40 << 20);
+  }
+}
+
 TEST(ProfileTest, InterpolationIsBilinearInsideTheGrid) {
   auto m = make_profiled_cost_model(hand_profile(kReferenceCell), {.num_stages = 4, .seqlen_multiple = 1});
   EXPECT_NEAR(layer_fwd(*m, 2, 1024), 5.04, 1e-12);  // grid points are exact

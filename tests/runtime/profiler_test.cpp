@@ -7,6 +7,8 @@
 #include <string>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
+#include "dynapipe/cost/cost_model.h"
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/cost/profile.h"
 #include "dynapipe/runtime/profiler.h"
@@ -145,6 +147,88 @@ TEST(ProfilerTest, MemoryLimitSkipsTheRowsTail) {
   }
   EXPECT_EQ(batches, (std::set<std::int64_t>{1, 2}));
   EXPECT_EQ(p.device.memory_bytes, o.memory_limit_bytes);
+}
+
+// Whole-stage mode: the profiled model's stage sums at every measured shape are the
+// measured stage times (the analytic tables are scaled to them), for both families.
+void check_stage_profile(const std::string& model, int pp, StageProfilerOptions o,
+                         std::size_t shapes) {
+  const ModelSpec spec = load_model_spec(model);
+  o.pp = pp;
+  o.warmup = 0;
+  o.repeats = 1;
+  int calls = 0;
+  o.progress = [&](const ProfileProgress& p) {
+    EXPECT_EQ(p.done, ++calls);
+    EXPECT_EQ(p.total, static_cast<int>(shapes));
+  };
+  const StageProfile r = measure_stage_profile(spec, o);
+  ASSERT_EQ(r.measurements.size(), shapes);
+  const Profile again = parse_profile(profile_to_json(r.profile), "stage.json");
+  const auto cost = make_profiled_cost_model(again, {.num_stages = pp});
+  std::vector<StageCost> stages(static_cast<std::size_t>(pp));
+  for (const StageMeasurement& m : r.measurements) {
+    SCOPED_TRACE(cat("b ", m.batch, " s ", m.seqlen, " d ", m.dec_seqlen));
+    EXPECT_LE(m.batch * (m.seqlen + m.dec_seqlen), std::max(o.max_tokens, m.seqlen + m.dec_seqlen));
+    ASSERT_EQ(m.fwd_ms.size(), static_cast<std::size_t>(pp));
+    double fwd = 0, bwd = 0, est_fwd = 0, est_bwd = 0;
+    for (int s = 0; s < pp; ++s) {
+      EXPECT_GT(m.fwd_ms[s], 0);
+      EXPECT_GT(m.bwd_ms[s], 0);
+      fwd += m.fwd_ms[s];
+      bwd += m.bwd_ms[s];
+    }
+    cost->stage_costs({.batch = m.batch, .seqlen = m.seqlen, .dec_seqlen = m.dec_seqlen}, {},
+                      Recompute::None, stages);
+    for (const StageCost& c : stages) {
+      est_fwd += c.fwd_ms;
+      est_bwd += c.bwd_ms;
+    }
+    EXPECT_NEAR(est_fwd, fwd, 1e-3 + 1e-6 * fwd);
+    EXPECT_NEAR(est_bwd, bwd, 1e-3 + 1e-6 * bwd);
+  }
+}
+
+TEST(StageProfilerTest, GptTwoStagesSumToTheMeasuredStages) {
+  StageProfilerOptions o;
+  o.seqlens = {16, 32};
+  o.max_tokens = 64;  // s 16: 1 and 4 rows; s 32: 1 and 2
+  check_stage_profile("gpt-tiny", 2, o, 4);
+}
+
+TEST(StageProfilerTest, T5OneStageSumsToTheMeasuredStage) {
+  StageProfilerOptions o;
+  o.seqlens = {16, 32};
+  // Every encoder length is a decoder length too (as the default grids are), so each shape
+  // pairs equal lengths: the head and decoder embedding are read at the measured ratio.
+  o.dec_seqlens = {8, 16, 32};
+  o.max_tokens = 64;  // (16, 16): 1 and 2 rows; (32, 32): 1
+  check_stage_profile("t5-tiny", 1, o, 3);
+}
+
+TEST(StageProfilerTest, RejectsBadOptions) {
+  const ModelSpec spec = load_model_spec("gpt-tiny");
+  auto message = [&](StageProfilerOptions o) {
+    try {
+      o.validate(spec);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  StageProfilerOptions o;
+  o.pp = 5;
+  EXPECT_EQ(message(o), "--pp must be in [1, 4] (the model's layers), got 5");
+  o = {};
+  o.seqlens = {64};
+  EXPECT_EQ(message(o), "--seqlens must hold at least two distinct values, got '64'");
+  o = {};
+  o.modes = {Recompute::Full};
+  EXPECT_EQ(message(o), "--stage-recompute must include none (embedding and head tables scale with it)");
+  o = {};
+  o.max_tokens = 0;
+  EXPECT_EQ(message(o), "--max-tokens must be >= 1, got 0");
 }
 
 }  // namespace

@@ -71,6 +71,10 @@ struct Profile {
   // Tensor-parallel degree the layers were measured at (per-device times, memory and
   // parameter bytes). Optional in the JSON ("tensor_parallel", default 1).
   int tensor_parallel = 1;
+  // Per rank: memory the runtime itself takes on top of model states and activations
+  // (LibTorch's first-use state); every stage's static bytes count it. Optional in the JSON
+  // ("device.runtime_bytes", default 0); `dynapipe profile --stages` measures it.
+  std::int64_t runtime_bytes = 0;
   std::vector<ProfileLayer> layers;  // one per kind the model has, any order
   const ProfileLayer* find(ProfileLayerKind kind) const;
   friend bool operator==(const Profile&, const Profile&) = default;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/cost/profile.h"
@@ -48,5 +49,48 @@ struct ProfilerOptions {
 // separately (T5 with one decoder layer), and when the memory limit leaves a table
 // with too few shapes to be a valid profile.
 Profile measure_profile(const ModelSpec& spec, const ProfilerOptions& options);
+
+// `dynapipe profile --stages`: times what training runs instead of one layer in a loop.
+// The stages of a pp-stage layout, built as the trainer builds them, run together (one
+// thread per stage, started in step as pipelined ranks are busy at once), each shape
+// collated by the executor's collate() into varlen micro-batches and run forward +
+// backward, with an AdamW step after each round. The per-layer tables are the analytic
+// `cpu` model's (build_profile), with every point's times scaled by the measured / estimated
+// ratio of the whole pipeline at that shape, so a plan's stage sums are the measured stage
+// times at the measured shapes (docs/profile-format.md, "Whole-stage profiles").
+struct StageProfilerOptions {
+  int pp = 1;                        // stages run together, as train --pp. >= 1, <= layers
+  std::vector<std::int64_t> seqlens{64, 128, 256, 512, 1024, 2048};  // GPT; T5: encoder
+  std::vector<std::int64_t> dec_seqlens{32, 64, 128, 256, 512, 1024, 2048};  // T5 only
+  // Tokens per measured micro-batch at most (b * (seqlen + dec_seqlen)); each length is
+  // measured at 1, 4, 16, ... rows and the most rows that fit (at least one). >= 1
+  std::int64_t max_tokens = 4096;
+  std::vector<Recompute> modes{Recompute::None};  // measured; the others scale as None
+  int warmup = 1;
+  int repeats = 2;
+  int threads = 1;  // LibTorch intra-op threads per stage (train's --threads-per-rank)
+  std::uint64_t seed = 0;
+  std::function<void(const ProfileProgress&)> progress;  // optional
+
+  // Throws InvalidArgument naming the flag.
+  void validate(const ModelSpec& spec) const;
+};
+
+// One measured shape: per stage, medians of forward (collate included) and backward ms,
+// and the analytic estimate the profile's tables were scaled from.
+struct StageMeasurement {
+  Recompute mode = Recompute::None;
+  std::int64_t batch = 0, seqlen = 0, dec_seqlen = 0;
+  std::vector<double> fwd_ms, bwd_ms;          // measured, one per stage
+  std::vector<double> est_fwd_ms, est_bwd_ms;  // analytic cpu, one per stage
+  double optimizer_ms = 0;                     // the slowest stage's AdamW step + zero_grad
+};
+
+struct StageProfile {
+  Profile profile;
+  std::vector<StageMeasurement> measurements;
+};
+
+StageProfile measure_stage_profile(const ModelSpec& spec, const StageProfilerOptions& options);
 
 }  // namespace dynapipe::runtime
