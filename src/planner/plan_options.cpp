@@ -12,6 +12,7 @@
 #include "dynapipe/data/global_batch.h"
 #include "dynapipe/planner/layer_partition.h"
 #include "dynapipe/planner/planner.h"
+#include "dynapipe/planner/stage_replicas.h"
 #include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe {
@@ -93,6 +94,11 @@ std::vector<PlanOptionSpec> make_table() {
                "Layers over pipeline stages: uniform, balanced (by the cost model) or joint (with the "
                "data's dynamic micro-batches)",
                &O::partition, 0, 0, layer_partition_names()));
+  t.push_back(
+      row("--replicas", "replicas",
+          "Ranks per pipeline stage, R0,R1,... (each stage's replicas take its micro-batches round "
+          "robin), or the JSON of `dynapipe partition --out`",
+          &O::replicas));
   return t;
 }
 
@@ -183,6 +189,7 @@ PlanConfig to_plan_config(const PlanOptions& options) {
     batches = form_global_batches(data, config.global_batch_tokens, defaults.joint_batches);
   }
   config.stage_layers = choose_stage_layers(config, partition, batches);
+  config.stage_replicas = parse_stage_replicas(options.replicas, config.pp);
   return config;
 }
 

@@ -44,6 +44,9 @@ struct PlanOptions {
   // Layers over the pp stages: uniform, balanced or joint (planner/layer_partition.h);
   // to_plan_config() resolves it into PlanConfig::stage_layers (joint reads the samples).
   std::string partition = "balanced";
+  // Ranks per stage: "R0,R1,..." (one per stage), "1" (none replicated) or a `dynapipe
+  // partition --out` JSON file; to_plan_config() resolves it into PlanConfig::stage_replicas.
+  std::string replicas = "1";
 };
 
 // One option. Integers and doubles are checked against [min, max] (inclusive; NaN is

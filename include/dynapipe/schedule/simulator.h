@@ -20,6 +20,9 @@
 //    W frees stored_bytes (conservative: W still needs the layer inputs, and we keep
 //    the whole activation until then). Received-but-unconsumed messages are not
 //    counted. The peak depends only on each device's order, not on timing.
+//  * Replicated stages (PipelineProblem::stage_replicas): each stage-replica is a device
+//    of its own (own op list, compute stream, links and memory, static bytes of its
+//    stage); "device" in the results means these simulated devices.
 //
 // Thread-safety: simulate() is reentrant; one Simulator object per thread.
 //
@@ -83,6 +86,7 @@ class Simulator {
   std::vector<int> cycle_left_;        // [cycle] ops not yet run
   std::vector<double> cycle_end_;      // [cycle] latest end of its ops
   std::vector<double> barrier_ms_;     // [cycle] latest end over all earlier cycles
+  std::vector<int> device_of_sim_;     // [simulated device] its pipeline device
 };
 
 // One-shot convenience over Simulator::run.
