@@ -70,6 +70,7 @@ class ExecutorProgram:
     rank: int
     device: int
     replica: int
+    stage_replica: int
     instructions: List[Instruction]
 
 class ReplicaPlan:
@@ -158,6 +159,7 @@ class Planner:
         micro_batch_size: int = 0,
         recompute: str = "auto",
         partition: str = "balanced",
+        replicas: _Path = "1",
     ) -> None: ...
     @property
     def options(self) -> Dict[str, Any]: ...
