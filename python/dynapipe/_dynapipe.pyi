@@ -160,6 +160,7 @@ class Planner:
         recompute: str = "auto",
         partition: str = "balanced",
         replicas: _Path = "1",
+        vertical_sync: int = 0,
     ) -> None: ...
     @property
     def options(self) -> Dict[str, Any]: ...

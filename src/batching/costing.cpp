@@ -66,17 +66,6 @@ double ShapeCosts::evaluate_stages(const MicroBatchShape& shape, const Attention
   return time_ms;
 }
 
-bool ShapeCosts::fits(std::span<const std::int64_t> bytes, MemoryRule rule) const {
-  if (memory_limit_bytes_ == 0) return true;
-  for (int s = 0; s < num_stages_; ++s) {
-    const std::int64_t k = rule == MemoryRule::Pipelined ? in_flight_[s] : 1;
-    const std::int64_t need = static_bytes_[s] + k * bytes[static_cast<std::size_t>(s)] +
-                              bytes[static_cast<std::size_t>(num_stages_ + s)];
-    if (need > memory_limit_bytes_) return false;
-  }
-  return true;
-}
-
 std::vector<std::int64_t> ShapeCosts::rule_key(MemoryRule rule) const {
   std::vector<std::int64_t> key{memory_limit_bytes_};
   for (int s = 0; s < num_stages_; ++s) {

@@ -61,7 +61,16 @@ class ShapeCosts {
   double evaluate_stages(const MicroBatchShape& shape, const AttentionDensity& density,
                          std::span<std::int64_t> bytes) const;
   // Whether per-stage bytes from evaluate_stages() fit under `rule`.
-  bool fits(std::span<const std::int64_t> bytes, MemoryRule rule) const;
+  // Inline: the varlen scans call it once per new segment and rule.
+  bool fits(std::span<const std::int64_t> bytes, MemoryRule rule) const {
+    if (memory_limit_bytes_ == 0) return true;
+    const std::size_t p = static_cast<std::size_t>(num_stages_);
+    for (std::size_t s = 0; s < p; ++s) {
+      const std::int64_t k = rule == MemoryRule::Pipelined ? in_flight_[s] : 1;
+      if (static_bytes_[s] + k * bytes[s] + bytes[p + s] > memory_limit_bytes_) return false;
+    }
+    return true;
+  }
   // What fits() checks against under `rule`: the memory limit, then k_s per stage.
   std::vector<std::int64_t> rule_key(MemoryRule rule) const;
   int num_stages() const { return num_stages_; }

@@ -17,9 +17,9 @@ class ThresholdDp {
  public:
   ThresholdDp(const SegmentTable& table, bool rows_monotone)
       : table_(table), rows_monotone_(rows_monotone),
-        f_(static_cast<std::size_t>(table.size()) + 1) {
-    for (int i = 0; i < table.size(); ++i) max_window_ = std::max(max_window_, table.window(i));
-  }
+        f_(static_cast<std::size_t>(table.size()) + 1),
+        reach_(static_cast<std::size_t>(table.size())),
+        first_start_(static_cast<std::size_t>(table.size()) + 1) {}
 
   // Returns f(n); +inf when no partition has every segment time <= threshold.
   double run(double threshold) {
@@ -29,6 +29,7 @@ class ThresholdDp {
     f_[0] = 0;
     for (int i = 0; i < n; ++i) {
       const double f_i = f_[i];
+      reach_[i] = i;
       if (f_i == kInf) continue;
       const std::span<const double> row = table_.row(i);
       double* f = f_.data() + i + 1;  // f[c]: the prefix ending after segment c of row i
@@ -38,8 +39,10 @@ class ThresholdDp {
         const std::size_t len = static_cast<std::size_t>(
             std::upper_bound(row.begin(), row.end(), threshold) - row.begin());
         for (std::size_t c = 0; c < len; ++c) f[c] = std::min(f[c], f_i + row[c]);
+        reach_[i] = i + static_cast<int>(len);
         continue;
       }
+      reach_[i] = i + static_cast<int>(row.size());
       for (std::size_t c = 0; c < row.size(); ++c) {
         if (row[c] <= threshold) f[c] = std::min(f[c], f_i + row[c]);
       }
@@ -51,13 +54,19 @@ class ThresholdDp {
   // end, each micro-batch starts at the earliest i whose segment within the threshold
   // gives f exactly: the start a forward pass keeping strict improvements would record
   // (ties: the earliest start wins, so results are deterministic).
-  void reconstruct(Partition* out) const {
+  void reconstruct(Partition* out) {
     out->starts.clear();
     out->sum_ms = 0;
     out->max_ms = 0;
+    // first_start_[j]: the first i whose segments within the threshold reach j (it only
+    // grows with j), so each end scans only starts that could end there.
+    for (int j = 0, i = 0; j <= table_.size(); ++j) {
+      while (i < j && reach_[i] < j) ++i;
+      first_start_[j] = i;
+    }
     for (int j = table_.size(); j > 0;) {
       int from = -1;
-      for (int i = std::max(0, j - max_window_); i < j && from < 0; ++i) {
+      for (int i = first_start_[j]; i < j && from < 0; ++i) {
         const int count = j - i;
         if (f_[i] == kInf || count > table_.window(i)) continue;
         const double t = table_.time_ms(i, count);
@@ -80,7 +89,8 @@ class ThresholdDp {
   bool rows_monotone_;
   std::vector<double> f_;
   double threshold_ = kInf;  // of the last run()
-  int max_window_ = 0;
+  std::vector<int> reach_;        // per row, in the last run(): i + its segments within it
+  std::vector<int> first_start_;  // reconstruct()'s scratch
 };
 
 bool rows_non_decreasing(const SegmentTable& table) {
@@ -96,7 +106,8 @@ class ThresholdSearch {
  public:
   ThresholdSearch(const SegmentTable& table, const PartitionOptions& options)
       : table_(table), rows_monotone_(rows_non_decreasing(table)), dp_(table, rows_monotone_),
-        weight_(options.sum_weight), slope_(options.bubble_weight * (options.num_stages - 1)) {
+        weight_(options.sum_weight), slope_(options.bubble_weight * (options.num_stages - 1)),
+        items_bound_segments_(options.items_bound_segments) {
     best_.objective_ms = options.incumbent_ms;
   }
 
@@ -116,14 +127,16 @@ class ThresholdSearch {
     for (int i = 0; i < table_.size(); ++i) {
       if (table_.window(i) > 0) t_lo = std::max(t_lo, table_.time_ms(i, 1));
     }
-    double below = -kInf;
-    for (int i = 0; i < table_.size(); ++i) {
-      for (double t : table_.row(i)) {
-        if (t < t_lo && t <= t_up) below = std::max(below, t);
-      }
-    }
     double floor = t_lo;
-    if (below > -kInf && run(below) < kInf) floor = -kInf;  // non-monotone costs: keep all
+    if (!items_bound_segments_) {
+      double below = -kInf;
+      for (int i = 0; i < table_.size(); ++i) {
+        for (double t : table_.row(i)) {
+          if (t < t_lo && t <= t_up) below = std::max(below, t);
+        }
+      }
+      if (below > -kInf && run(below) < kInf) floor = -kInf;  // non-monotone costs: keep all
+    }
 
     sweep_down(floor, t_up, f_all);
     return finish();
@@ -296,6 +309,7 @@ class ThresholdSearch {
   ThresholdDp dp_;
   double weight_;
   double slope_;
+  bool items_bound_segments_;
   Partition best_;
   int passes_ = 0;
 };
@@ -322,6 +336,23 @@ void SegmentTable::push(int start, double time_ms) {
                  cat("segment from ", start, " past the end ", size_));
   time_ms_.push_back(time_ms);
   ++count_[start];
+}
+
+void SegmentTable::push_row(int start, std::span<const double> times) {
+  if (times.empty()) return;
+  DYNAPIPE_CHECK(start >= current_row_ && start < size_,
+                 cat("segment row ", start, " pushed after row ", current_row_, " (size ",
+                     size_, ")"));
+  DYNAPIPE_CHECK(std::none_of(times.begin(), times.end(), [](double t) { return std::isnan(t); }),
+                 cat("NaN time for a segment starting at ", start));
+  DYNAPIPE_CHECK(start + count_[start] + static_cast<std::int64_t>(times.size()) <= size_,
+                 cat("segment from ", start, " past the end ", size_));
+  if (start != current_row_) {
+    begin_[start] = static_cast<std::int64_t>(time_ms_.size());
+    current_row_ = start;
+  }
+  time_ms_.insert(time_ms_.end(), times.begin(), times.end());
+  count_[start] += static_cast<int>(times.size());
 }
 
 Partition solve_partition(const SegmentTable& table, const PartitionOptions& options) {

@@ -24,13 +24,20 @@ class ScannerBase {
   SegmentTable table(int max_count = std::numeric_limits<int>::max(), double cap_ms = kInf) {
     Scanner& self = static_cast<Scanner&>(*this);
     SegmentTable out(self.size());
-    std::int64_t segments = 0;  // counted first: growing the table costs more (page faults)
+    // Counted first: growing the table costs more (page faults).
+    std::vector<int> counts(static_cast<std::size_t>(self.size()));
+    std::int64_t segments = 0;
     for (int i = 0; i < self.size(); ++i) {
-      self.scan_row(i, max_count, cap_ms, [&](int, double) { ++segments; });
+      self.scan_row(i, max_count, cap_ms, [&](int count, double) { counts[i] = count; });
+      segments += counts[i];
     }
     out.reserve(segments);
     for (int i = 0; i < self.size(); ++i) {
-      self.scan_row(i, max_count, cap_ms, [&](int, double t) { out.push(i, t); });
+      if constexpr (requires { self.leading_times(i, 0); }) {
+        out.push_row(i, self.leading_times(i, counts[i]));  // kept times: no second scan
+      } else {
+        self.scan_row(i, max_count, cap_ms, [&](int, double t) { out.push(i, t); });
+      }
     }
     return out;
   }
@@ -48,6 +55,58 @@ class ScannerBase {
       });
     }
     return f.back();
+  }
+
+  // A partition filled greedily: each micro-batch takes samples while its time stays
+  // within limit_ms and it fits (a sample slower than the limit stands alone), with its
+  // objective weight·Σt + slope·max t. REQUIRES: every sample fits alone.
+  Partition greedy(double limit_ms, double weight, double slope) {
+    Scanner& self = static_cast<Scanner&>(*this);
+    Partition out;
+    for (int i = 0; i < self.size();) {
+      int count = 0;
+      double t = 0;
+      auto take = [&](int c, double time) {
+        count = c;
+        t = time;
+      };
+      self.scan_row(i, std::numeric_limits<int>::max(), limit_ms, take);
+      if (count == 0) self.scan_row(i, 1, kInf, take);
+      out.starts.push_back(i);
+      out.sum_ms += t;
+      out.max_ms = std::max(out.max_ms, t);
+      i += count;
+    }
+    out.found = true;
+    out.objective_ms = weight * out.sum_ms + slope * out.max_ms;
+    return out;
+  }
+
+  // An upper bound on the optimum, cheap next to the exact search: the best greedy
+  // partition over time limits from the slowest sample up in steps of 10%, until the
+  // objective has not improved for a few steps, a larger limit changes nothing (every
+  // micro-batch stopped by memory or the end) or the limit passes `cap_ms`.
+  Partition greedy_bound(double weight, double slope, double cap_ms) {
+    Scanner& self = static_cast<Scanner&>(*this);
+    constexpr double kStep = 1.1;
+    constexpr int kPatience = 4;
+    double limit = 0;
+    for (int i = 0; i < self.size(); ++i) {
+      self.scan_row(i, 1, kInf, [&](int, double t) { limit = std::max(limit, t); });
+    }
+    Partition best;
+    for (int since_best = 0; since_best < kPatience && limit <= cap_ms;
+         limit *= kStep) {
+      Partition p = greedy(limit, weight, slope);
+      const bool saturated = p.max_ms * kStep < limit;
+      ++since_best;
+      if (p.objective_ms < best.objective_ms) {
+        best = std::move(p);
+        since_best = 0;
+      }
+      if (saturated) break;
+    }
+    return best;
   }
 };
 
@@ -194,6 +253,12 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
                                   bytes);
   }
 
+  // The times of the first `count` segments of row i. REQUIRES: a scan reached them.
+  std::span<const double> leading_times(int i, int count) const {
+    return std::span<const double>(rows_.rows[static_cast<std::size_t>(i)].time_ms)
+        .first(static_cast<std::size_t>(count));
+  }
+
   void remember_cut(const std::vector<int>& starts) {
     if (std::find(rows_.cuts.begin(), rows_.cuts.end(), starts) == rows_.cuts.end()) {
       rows_.cuts.push_back(starts);
@@ -227,6 +292,11 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
  private:
   // Costs the next segment of row i (REQUIRES: one is left).
   void extend(int i, VarlenRows::Row* row) {
+    if (row->time_ms.empty()) {  // rows grow one segment at a time: skip the small regrowths
+      constexpr std::size_t kFirstSegments = 32;
+      row->time_ms.reserve(kFirstSegments);
+      row->bytes.reserve(kFirstSegments * stride_);
+    }
     const ModelLengths& l = lengths_[static_cast<std::size_t>(i) + row->time_ms.size()];
     row->enc += l.enc;
     row->dec += l.dec;
@@ -287,12 +357,15 @@ PartitionOptions partition_options(const BatchingOptions& options, double sum_we
           .bubble_weight = options.bubble_weight,
           .min_tmax_interval_ms = options.min_tmax_interval_ms,
           // The thinned search reports threshold objectives: not comparable, no pruning.
-          .incumbent_ms = options.min_tmax_interval_ms > 0 ? kInf : incumbent_ms};
+          .incumbent_ms = options.min_tmax_interval_ms > 0 ? kInf : incumbent_ms,
+          // Time grows with a segment's samples (the scanners' assumption).
+          .items_bound_segments = true};
 }
 
 // The exact DP over one ordered sequence, on a segment table pruned by time. With an
-// upper bound U on the optimum (the incumbent, or the optimum over short segments only,
-// which is cheap), a segment of time t can only be in a partition P of objective <= U if
+// upper bound U on the optimum (the incumbent, a cut an earlier DP chose, or the best
+// greedy partition, which are cheap), a segment of time t can only be in a partition P
+// of objective <= U if
 //   (w + p − 1)·t <= U                         (t <= max(P) and t <= Σ(P)), and
 //   t <= (U − w·F) / (p − 1)                   (t <= max(P), Σ(P) >= F),
 // where F = min Σ over the segments passing the first test, found by a DP that does not
@@ -303,7 +376,6 @@ template <typename Scanner>
 Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t> seq,
                          ShapeCosts& costs, MemoryRule rule, double weight,
                          double incumbent_ms) {
-  constexpr int kMaxProbeWindow = 32;
   constexpr double kSlack = 1 + 1e-9;  // rounding: a segment exactly at a bound stays in
   const BatchingOptions& options = input.options;
   const PartitionOptions partition = partition_options(options, weight, incumbent_ms);
@@ -321,30 +393,41 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   double bound = incumbent_ms;
   if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
     // A cut another DP chose on this sequence is the first bound when it beats the
-    // incumbent: cheaper than the probe below and, as the rules differ little, as tight.
+    // incumbent: cheaper than the greedy bound below and, as the rules differ little,
+    // tighter.
     Partition known = scanner.best_known_cut(weight, slope);
     if (known.found && known.objective_ms < bound) {
       probe = std::move(known);
       bound = probe.objective_ms;
     }
   }
-  const int probe_window = std::clamp(scanner.size() / 4, 1, kMaxProbeWindow);
-  if (!probe.found && scanner.size() > probe_window) {
-    probe = solve_partition(scanner.table(probe_window, bound * kSlack / (weight + slope)),
-                            partition);
-    if (probe.found) bound = probe.objective_ms;
-  }
-  double cap_ms = bound * kSlack / (weight + slope);
-  if (slope > 0 && bound < kInf) {
-    // The same test with the merged lower bound of Σ t first: it scans far shorter rows
-    // than (w + p − 1)·t <= U alone when there are many micro-batches.
+  // Caps the segment time by the bound: (w + p − 1)·t <= U, then t <= (U − w·F)/(p − 1)
+  // with F the merged lower bound of Σ t (it scans far shorter rows than the first test
+  // alone when there are many micro-batches), then with F = min Σ t over the segments
+  // left. Returns false if no partition can beat the bound.
+  double cap_ms = kInf;
+  auto cap_by = [&](double bound_ms) {
+    cap_ms = std::min(cap_ms, bound_ms * kSlack / (weight + slope));
+    if (slope == 0 || bound_ms == kInf) return true;
     const double merged_ms = scanner.merged_time_ms();
     if (std::isfinite(merged_ms)) {
-      cap_ms = std::min(cap_ms, (bound - weight * merged_ms + (kSlack - 1) * bound) / slope);
+      cap_ms = std::min(cap_ms, (bound_ms - weight * merged_ms + (kSlack - 1) * bound_ms) / slope);
     }
     const double min_sum = scanner.min_sum(cap_ms);
-    if (min_sum == kInf) return probe;  // nothing fits, or nothing beats the incumbent
-    cap_ms = std::min(cap_ms, (bound - weight * min_sum + (kSlack - 1) * bound) / slope);
+    if (min_sum == kInf) return false;
+    cap_ms = std::min(cap_ms, (bound_ms - weight * min_sum + (kSlack - 1) * bound_ms) / slope);
+    return true;
+  };
+  // Nothing fits, or nothing beats the incumbent.
+  if (!cap_by(bound)) return probe;
+  if (!probe.found) {
+    // Greedy partitions within the cap, whose segments the table holds anyway.
+    Partition greedy = scanner.greedy_bound(weight, slope, cap_ms);
+    if (greedy.found && greedy.objective_ms < bound) {
+      probe = std::move(greedy);
+      bound = probe.objective_ms;
+      if (!cap_by(bound)) return probe;
+    }
   }
   // The search itself starts from the caller's incumbent, not the bound: among equally
   // good cuts it then picks the one it would pick without a known cut.

@@ -10,6 +10,13 @@ namespace {
 
 // CLI11 parses the type only; to_plan_config() checks ranges and choices.
 void add_plan_option(CLI::App& command, PlanOptions& flags, const PlanOptionSpec& spec) {
+  if (spec.is_flag) {
+    auto* member = std::get_if<std::int64_t PlanOptions::*>(&spec.field);
+    if (member != nullptr) {
+      command.add_flag(spec.flag, flags.**member, spec.help);
+      return;
+    }
+  }
   CLI::Option* option = std::visit(
       [&](auto member) { return command.add_option(spec.flag, flags.*member, spec.help); }, spec.field);
   if (!spec.choices.empty()) option->type_name(cat("{", join(spec.choices, ","), "}"));

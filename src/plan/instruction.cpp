@@ -15,7 +15,7 @@ constexpr std::array<std::string_view, kNumInstructionOps> kOpNames = {
     "SendActivationFinish", "RecvActivationStart", "RecvActivationFinish",
     "SendGradStart",       "SendGradFinish",       "RecvGradStart",
     "RecvGradFinish",      "FreeBuffer",           "ReduceGrads",
-    "OptimizerStep",
+    "OptimizerStep",       "StashWeights",         "FreeWeights",
 };
 
 }  // namespace
@@ -75,6 +75,7 @@ std::string to_string(const Instruction& instruction) {
   if (!instruction.shape.empty()) field("shape", cat('[', join(instruction.shape, ","), ']'));
   if (instruction.buffer >= 0) field("buffer", instruction.buffer);
   if (!instruction.inputs.empty()) field("inputs", cat('[', join(instruction.inputs, ","), ']'));
+  if (instruction.version >= 0) field("version", instruction.version);
   out << ')';
   return out.str();
 }

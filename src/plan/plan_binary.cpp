@@ -40,7 +40,8 @@ enum : std::uint8_t {
   kHasShape = 8,
   kHasBuffer = 16,
   kHasInputs = 32,
-  kKnownMask = 63,
+  kHasVersion = 64,
+  kKnownMask = 127,
 };
 
 std::uint64_t zigzag(std::int64_t v) {
@@ -99,7 +100,8 @@ class Writer {
 void write_instruction(Writer& w, const Instruction& in) {
   std::uint8_t mask = (in.mb >= 0 ? kHasMb : 0) | (in.stage >= 0 ? kHasStage : 0) |
                       (in.peer >= 0 ? kHasPeer : 0) | (!in.shape.empty() ? kHasShape : 0) |
-                      (in.buffer >= 0 ? kHasBuffer : 0) | (!in.inputs.empty() ? kHasInputs : 0);
+                      (in.buffer >= 0 ? kHasBuffer : 0) | (!in.inputs.empty() ? kHasInputs : 0) |
+                      (in.version >= 0 ? kHasVersion : 0);
   w.u8(static_cast<std::uint8_t>(in.op));
   w.u8(mask);
   if (mask & kHasMb) w.varint(static_cast<std::uint64_t>(in.mb));
@@ -114,6 +116,7 @@ void write_instruction(Writer& w, const Instruction& in) {
     w.varint(in.inputs.size());
     for (int id : in.inputs) w.zz(id);
   }
+  if (mask & kHasVersion) w.varint(static_cast<std::uint64_t>(in.version));
 }
 
 void write_replica(Writer& out, const ReplicaPlan& r) {
@@ -299,7 +302,9 @@ Instruction read_instruction(Reader& r) {
   if (op >= kNumInstructionOps) r.fail(cat("instruction op must be < ", kNumInstructionOps, ", got ", int{op}));
   in.op = static_cast<InstructionOp>(op);
   std::uint8_t mask = r.u8();
-  if (mask & ~kKnownMask) r.fail(cat("instruction field mask must use bits 0-5 only, got ", int{mask}));
+  if (mask & ~kKnownMask) {
+    r.fail(cat("instruction field mask must use bits 0-6 only, got ", int{mask}));
+  }
   if (mask & kHasMb) in.mb = r.non_negative32("mb");
   if (mask & kHasStage) in.stage = r.non_negative32("stage");
   if (mask & kHasPeer) in.peer = r.non_negative32("peer");
@@ -314,6 +319,7 @@ Instruction read_instruction(Reader& r) {
     if (n == 0) r.fail("present inputs must be non-empty, got 0");
     for (std::size_t i = 0; i < n; ++i) in.inputs.push_back(r.zz32());
   }
+  if (mask & kHasVersion) in.version = r.non_negative32("version");
   return in;
 }
 

@@ -69,6 +69,7 @@ Json config_to_json(const PlanConfig& c) {
   j["iterations"] = c.iterations;
   if (c.micro_batch_size != 0) j["micro_batch_size"] = c.micro_batch_size;
   if (c.recompute) j["recompute"] = recompute_name(*c.recompute);
+  if (c.vertical_sync) j["vertical_sync"] = 1;
   if (!c.stage_layers.empty()) j["layers_per_stage"] = layers_per_stage(c.stage_layers);
   if (!c.stage_replicas.empty()) j["stage_replicas"] = c.stage_replicas;  // absent = 1 each
   return j;
@@ -83,6 +84,7 @@ Json instruction_to_json(const Instruction& in) {
   if (!in.shape.empty()) j["shape"] = in.shape;
   if (in.buffer >= 0) j["buffer"] = in.buffer;
   if (!in.inputs.empty()) j["inputs"] = in.inputs;
+  if (in.version >= 0) j["version"] = in.version;
   return j;
 }
 
@@ -247,6 +249,7 @@ PlanConfig config_from(const JsonValue& n) {
   c.seed = n["seed"].uint64();
   c.iterations = n["iterations"].integer(0);
   if (n.has("micro_batch_size")) c.micro_batch_size = n["micro_batch_size"].integer(0);
+  if (n.has("vertical_sync")) c.vertical_sync = n["vertical_sync"].int32(0, 1) == 1;
   if (n.has("recompute")) {
     const JsonValue recompute = n["recompute"];
     const auto mode = parse_recompute(recompute.string());
@@ -287,6 +290,7 @@ Instruction instruction_from(const JsonValue& n) {
   if (n.has("shape")) in.shape = n["shape"].integers(1);
   if (n.has("buffer")) in.buffer = n["buffer"].int32();
   if (n.has("inputs")) in.inputs = n["inputs"].list<int>([](const JsonValue& x) { return x.int32(); });
+  if (n.has("version")) in.version = n["version"].int32(0);  // added after format v1: optional
   return in;
 }
 

@@ -17,6 +17,7 @@
 #include <deque>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -58,6 +59,12 @@ struct Executor {
   // one instruction), so a vector indexed by id holds them. writer < 0: never written.
   std::vector<BufferState> buffers;
   std::vector<std::uint8_t> done;  // [mb * stages + stage]: bit 0 F, 1 B, 2 I, 3 W
+  // Asynchronous schedules (any instruction with a weight version): the current version,
+  // the stashed ones, and the version each forward used.
+  bool versioned = false;
+  int version = 0;
+  std::set<int> stashed;
+  std::vector<int> fwd_version;  // [mb * stages + stage]
   std::int64_t memory_bytes = 0, peak_bytes = 0;
   // What it waits for when parked.
   int wait_peer = -1;        // program index, or -1 for the ReduceGrads barrier
@@ -111,6 +118,9 @@ class Replay {
     return static_cast<std::size_t>(mb) * options_.layout.num_stages() + stage;
   }
   [[noreturn]] void report_deadlock() const;
+  std::int64_t weight_bytes(int device) const {
+    return options_.weight_bytes.empty() ? 0 : options_.weight_bytes[device];
+  }
 
   const std::vector<ExecutorProgram>& programs_;
   const VerifyOptions& options_;
@@ -152,6 +162,11 @@ void Replay::setup() {
       }
     }
   }
+  if (!options_.weight_bytes.empty() &&
+      static_cast<int>(options_.weight_bytes.size()) != layout.num_devices) {
+    fail(cat("options.weight_bytes must have one entry per device (", layout.num_devices, "), got ",
+             options_.weight_bytes.size()));
+  }
   if (programs_.empty()) fail("no executor programs, expected at least one");
   group_size_.assign(layout.num_devices, 0);
   group_arrived_.assign(layout.num_devices, 0);
@@ -187,6 +202,16 @@ void Replay::setup() {
     for (const Instruction& in : p.instructions) {
       reduce_count += in.op == InstructionOp::ReduceGrads;
       step_count += in.op == InstructionOp::OptimizerStep;
+      x.versioned |= in.version >= 0;
+    }
+    x.fwd_version.assign(x.done.size(), -1);
+    if (x.versioned) {
+      // Asynchronous: a step per update, no data-parallel reduction (dp 1).
+      if (reduce_count > 0) {
+        fail(cat("rank ", p.rank, " uses weight versions and must have no ReduceGrads, got ",
+                 reduce_count));
+      }
+      continue;
     }
     if (reduce_count > 1 || step_count != 1 ||
         p.instructions.back().op != InstructionOp::OptimizerStep) {
@@ -260,6 +285,18 @@ void Replay::check_fields(int e, const Instruction& in) {
     }
   } else if (in.op == InstructionOp::FreeBuffer) {
     if (in.buffer < 0) fail_at(e, cat("FreeBuffer must name a buffer, got ", in.buffer));
+  }
+  const bool uses_weights = in.op == InstructionOp::Forward || in.op == InstructionOp::Backward ||
+                            in.op == InstructionOp::StashWeights ||
+                            in.op == InstructionOp::FreeWeights;
+  if (x.versioned && uses_weights && in.version < 0) {
+    fail_at(e, cat(instruction_op_name(in.op),
+                   " must name a weight version in a versioned program, got none"));
+  }
+  const bool split =
+      in.op == InstructionOp::BackwardInput || in.op == InstructionOp::BackwardWeight;
+  if (x.versioned && split) {
+    fail_at(e, "a versioned program must use Backward, not the split backward");
   }
 }
 
@@ -392,6 +429,20 @@ bool Replay::step(int e) {
         if (!in.shape.empty()) out.bytes = shape_bytes(e, in.shape);
         write_buffer(e, in.buffer, out);
       }
+      if (x.versioned) {
+        // The weights it runs on: the current version or a stashed one; a backward runs
+        // on the version of its forward (weight stashing).
+        if (in.version != x.version && !x.stashed.count(in.version)) {
+          fail_at(e, cat("weight version ", in.version, " must be the current one (", x.version,
+                         ") or stashed, got neither (freed or never stashed)"));
+        }
+        int& used = x.fwd_version[done_index(in.mb, in.stage)];
+        if (forward) used = in.version;
+        if (!forward && used != in.version) {
+          fail_at(e, cat("a backward must use its forward's weight version ", used, ", got ",
+                         in.version));
+        }
+      }
       switch (op) {
         case InstructionOp::Forward: done |= kF; account(e, stored(in.mb, in.stage)); break;
         case InstructionOp::Backward: done |= kB; account(e, -stored(in.mb, in.stage)); break;
@@ -492,8 +543,29 @@ bool Replay::step(int e) {
       account(e, -b.bytes);
       return true;
     }
-    case InstructionOp::ReduceGrads:
-    case InstructionOp::OptimizerStep: {
+    case InstructionOp::StashWeights: {
+      if (in.version != x.version || x.stashed.count(in.version)) {
+        fail_at(e, cat("StashWeights must copy the current version ", x.version,
+                       " once, got version ", in.version));
+      }
+      x.stashed.insert(in.version);
+      account(e, weight_bytes(x.program->device));
+      return true;
+    }
+    case InstructionOp::FreeWeights: {
+      if (!x.stashed.erase(in.version)) {
+        fail_at(e, cat("FreeWeights must free a stashed version, got version ", in.version));
+      }
+      account(e, -weight_bytes(x.program->device));
+      return true;
+    }
+    case InstructionOp::OptimizerStep:
+      if (x.versioned) {
+        ++x.version;
+        return true;
+      }
+      [[fallthrough]];
+    case InstructionOp::ReduceGrads: {
       for (int mb = 0; mb < options_.num_microbatches; ++mb) {
         if (!runs_mb(x, mb)) continue;
         for (int s = x.program->device; s < stages; s += options_.layout.num_devices) {
@@ -607,6 +679,23 @@ VerifyReport Replay::run() {
     if (!leaked.empty()) {
       fail(cat("rank ", x.program->rank, " must free every buffer by the end, got buffers [",
                join(leaked, ","), "] still live"));
+    }
+    // A versioned program has no final step that checks this: every (mb, stage) ran.
+    for (int mb = 0; x.versioned && mb < options_.num_microbatches; ++mb) {
+      const int step = options_.layout.num_devices;
+      for (int s = x.program->device; s < options_.layout.num_stages(); s += step) {
+        const std::uint8_t done = x.done[done_index(mb, s)];
+        if (!(done & kF) || !(done & kB)) {
+          fail(cat("rank ", x.program->rank,
+                   " must run the forward and backward of every micro-batch, got (mb ", mb,
+                   ", stage ", s, ") not ", (done & kF) ? "backpropagated" : "run"));
+        }
+      }
+    }
+    if (!x.stashed.empty()) {
+      fail(cat("rank ", x.program->rank,
+               " must free every stashed weight version by the end, got [", join(x.stashed, ","),
+               "] still stashed"));
     }
     if (!options_.stored_bytes.empty()) report_.peak_memory_bytes.push_back(x.peak_bytes);
   }

@@ -94,6 +94,12 @@ std::vector<PlanOptionSpec> make_table() {
                "Layers over pipeline stages: uniform, balanced (by the cost model) or joint (with the "
                "data's dynamic micro-batches)",
                &O::partition, 0, 0, layer_partition_names()));
+  PlanOptionSpec vertical_sync =
+      row("--vertical-sync", "vertical_sync",
+          "pipedream: every stage uses the weight version the first stage chose for a micro-batch",
+          &O::vertical_sync, 0, 1, {}, false);
+  vertical_sync.is_flag = true;
+  t.push_back(std::move(vertical_sync));
   t.push_back(
       row("--replicas", "replicas",
           "Ranks per pipeline stage, R0,R1,... (each stage's replicas take its micro-batches round "
@@ -175,6 +181,7 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   config.iterations = options.iterations;
   config.micro_batch_size = options.micro_batch_size;
   if (options.recompute != "auto") config.recompute = parse_recompute(options.recompute);
+  config.vertical_sync = options.vertical_sync == 1;
   const LayerPartition partition = *parse_layer_partition(options.partition);  // validated above
   std::vector<GlobalBatch> batches;
   // balanced weighs the layers by the first batches' work when the samples are known.

@@ -54,6 +54,17 @@ void validate_config(const PlanConfig& config) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--memory-limit must be >= 0 GiB, got ", config.memory_limit_gib));
   }
+  // Asynchronous schedules step per micro-batch on each stage: no replicas to reduce with.
+  if (is_async_schedule(config.schedule) && config.dp != 1) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--schedule ", schedule_kind_name(config.schedule), " needs --dp 1, got ",
+                    config.dp));
+  }
+  if (config.vertical_sync && config.schedule != ScheduleKind::PipeDream) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--vertical-sync needs --schedule pipedream, got ",
+                    schedule_kind_name(config.schedule)));
+  }
   if (!config.stage_replicas.empty()) {
     const auto& r = config.stage_replicas;
     if (static_cast<int>(r.size()) != config.pp || *std::min_element(r.begin(), r.end()) < 1) {
@@ -65,6 +76,13 @@ void validate_config(const PlanConfig& config) {
       throw Error(ErrorKind::InvalidArgument,
                   cat("--schedule interleaved cannot run replicated stages (--replicas ",
                       join(r, ","), "); choose another --schedule"));
+    }
+    // Replicated stages reduce their gradients once per iteration.
+    if (is_async_schedule(config.schedule)) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--schedule ", schedule_kind_name(config.schedule),
+                      " cannot run replicated stages (--replicas ", join(r, ","),
+                      "); choose a schedule that flushes"));
     }
   }
 }
@@ -82,6 +100,7 @@ void verify_replica(const ReplicaPlan& replica, const PipelineProblem& problem,
   verify.stage_replicas = stage_replicas;
   verify.num_microbatches = static_cast<int>(replica.microbatches.size());
   verify.static_bytes = problem.static_bytes;
+  verify.weight_bytes = problem.weight_bytes;
   verify.memory_limit_bytes = memory_limit_bytes;
   verify.bytes_per_element = stage_model.device().bytes_per_element;
   for (const auto& per_stage : problem.costs) {
@@ -279,6 +298,10 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     }
     SearchOptions search_options;
     search_options.seed = m.config.seed;
+    auto with_vertical_sync = [&](std::vector<SearchCandidate> candidates) {
+      for (SearchCandidate& c : candidates) c.problem.vertical_sync = m.config.vertical_sync;
+      return candidates;
+    };
     auto all_candidates = [&] {
       std::vector<SearchCandidate> candidates =
           make_search_candidates(schedule, *m.cost, m.interleaved_cost.get(),
@@ -289,7 +312,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
           return c.recompute != *m.batching.recompute;
         });
       }
-      return candidates;
+      return with_vertical_sync(std::move(candidates));
     };
     try {
       if (quick) {
@@ -298,7 +321,8 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
         // memory rule): all of them.
         SearchOptions quick_options = search_options;
         quick_options.permute = false;
-        replica.candidates = m.own_mode_candidates(schedule, replica.microbatches, recompute);
+        replica.candidates =
+            with_vertical_sync(m.own_mode_candidates(schedule, replica.microbatches, recompute));
         try {
           replica.best = search_schedule(replica.candidates, quick_options);
         } catch (const Error& e) {
@@ -427,6 +451,9 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     padded_cut.varlen_order = VarlenOrder::Sorted;
     padded_cut.varlen_row_capacity = false;
     padded_cut.varlen_padded_cut = true;
+    // And its recompute mode: the padded DP cannot be pruned by the varlen incumbent, so
+    // each extra mode is a full DP (T5-11B pp 8 short256: ~8% of the plan).
+    if (!padded_cut.recompute) padded_cut.recompute = start.dp_recompute;
     std::optional<Choice> c =
         attempt([&] { return m.search(batch, padded_cut, start.schedule, true, &cache); });
     if (c) ranked.push_back(std::move(*c));
@@ -646,6 +673,9 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     lowering.order = &best.order;
     lowering.sim = &best.sim;
     replica.executors = lower_to_programs(lowering);
+    if (best.order.weight_update != WeightUpdate::PerIteration) {
+      add_weight_versions(replica.executors, best.order);
+    }
     if (!m.config.stage_replicas.empty()) {
       // Estimates of the ranks as they run: makespan, and per stage its largest
       // stage-replica peak (est_peak_memory_bytes stays [device]).

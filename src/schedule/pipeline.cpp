@@ -72,6 +72,17 @@ void PipelineProblem::validate() const {
                   cat(kWhere, ": static_bytes[", d, "] must be >= 0, got ", static_bytes[d]));
     }
   }
+  if (!weight_bytes.empty() && static_cast<int>(weight_bytes.size()) != layout.num_devices) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat(kWhere, ": weight_bytes must be empty or have one entry per device (",
+                    layout.num_devices, "), got ", weight_bytes.size()));
+  }
+  for (std::size_t d = 0; d < weight_bytes.size(); ++d) {
+    if (weight_bytes[d] < 0) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat(kWhere, ": weight_bytes[", d, "] must be >= 0, got ", weight_bytes[d]));
+    }
+  }
   if (memory_limit_bytes < 0 || link_latency_ms < 0 || link_bandwidth_gbs < 0) {
     throw Error(ErrorKind::InvalidArgument,
                 cat(kWhere, ": memory_limit_bytes, link_latency_ms and link_bandwidth_gbs must be "

@@ -73,7 +73,7 @@ struct ScheduleKindName {
 };
 
 // The one table behind parse, print, the CLI choices and the search order.
-constexpr std::array<ScheduleKindName, 7> kScheduleKindNames{{
+constexpr std::array<ScheduleKindName, 9> kScheduleKindNames{{
     {ScheduleKind::Auto, "auto"},
     {ScheduleKind::GPipe, "gpipe"},
     {ScheduleKind::OneFOneB, "1f1b"},
@@ -81,7 +81,18 @@ constexpr std::array<ScheduleKindName, 7> kScheduleKindNames{{
     {ScheduleKind::Cyclic, "cyclic"},
     {ScheduleKind::WaitFreeCyclic, "wait-free-cyclic"},
     {ScheduleKind::Zb1p, "zb1p"},
+    {ScheduleKind::PipeDream, "pipedream"},
+    {ScheduleKind::PipeDream2BW, "pipedream-2bw"},
 }};
+
+// Every spelling but "auto" (asynchronous schedules included), for messages.
+std::vector<std::string_view> concrete_names() {
+  std::vector<std::string_view> names;
+  for (const ScheduleKindName& entry : kScheduleKindNames) {
+    if (entry.kind != ScheduleKind::Auto) names.push_back(entry.name);
+  }
+  return names;
+}
 
 }  // namespace
 
@@ -103,11 +114,17 @@ const std::vector<ScheduleKind>& schedule_kinds() {
   static const std::vector<ScheduleKind> kKinds = [] {
     std::vector<ScheduleKind> kinds;
     for (const ScheduleKindName& entry : kScheduleKindNames) {
-      if (entry.kind != ScheduleKind::Auto) kinds.push_back(entry.kind);
+      if (entry.kind != ScheduleKind::Auto && !is_async_schedule(entry.kind)) {
+        kinds.push_back(entry.kind);
+      }
     }
     return kinds;
   }();
   return kKinds;
+}
+
+bool is_async_schedule(ScheduleKind kind) {
+  return kind == ScheduleKind::PipeDream || kind == ScheduleKind::PipeDream2BW;
 }
 
 std::vector<std::string_view> schedule_kind_names() {
@@ -148,6 +165,17 @@ std::unique_ptr<Schedule> make_schedule(ScheduleKind kind) {
     case ScheduleKind::Zb1p:
       return std::make_unique<BuilderSchedule>(kind, Layouts::SingleChunk, true, true,
                                                detail::build_zb1p);
+    case ScheduleKind::PipeDream:
+    case ScheduleKind::PipeDream2BW:
+      // The 1F1B order; the weight update rule rides on the order (weight_versions.h).
+      return std::make_unique<BuilderSchedule>(
+          kind, Layouts::SingleChunk, false, false, [kind](const PipelineProblem& p) {
+            ScheduleOrder order = detail::build_1f1b(p);
+            order.weight_update = kind == ScheduleKind::PipeDream2BW ? WeightUpdate::TwoBuffer
+                                  : p.vertical_sync ? WeightUpdate::VerticalSync
+                                                    : WeightUpdate::PerMicroBatch;
+            return order;
+          });
     case ScheduleKind::Auto:
       break;
   }
@@ -159,7 +187,7 @@ std::unique_ptr<Schedule> make_schedule(std::string_view name) {
   const std::optional<ScheduleKind> kind = parse_schedule_kind(name);
   if (!kind || *kind == ScheduleKind::Auto) {
     throw Error(ErrorKind::InvalidArgument,
-                cat("schedule must be one of ", join(schedule_names(), ", "), ", got \"", name,
+                cat("schedule must be one of ", join(concrete_names(), ", "), ", got \"", name,
                     "\""));
   }
   return make_schedule(*kind);

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/schedule/weight_versions.h"
 
 namespace dynapipe {
 namespace {
@@ -88,20 +89,36 @@ void Simulator::compute_memory(const PipelineProblem& problem, const ScheduleOrd
   result->peak_memory_bytes.assign(num_devices, 0);
   result->peak_op.assign(num_devices, PipelineOp{});
   result->fits_memory = true;
+  // Asynchronous schedules also hold stashed weight versions (one copy each).
+  const bool stashes = order.weight_update != WeightUpdate::PerIteration;
+  const WeightVersionPlan versions = stashes ? weight_versions(order) : WeightVersionPlan{};
   for (int d = 0; d < num_devices; ++d) {
     std::int64_t current = problem.static_bytes[device_of_sim_[d]];
     std::int64_t peak = current;
     PipelineOp peak_op{};
-    for (const PipelineOp& op : order.device_ops[d]) {
+    const std::int64_t copy_bytes = problem.weight_bytes.empty() ? 0 : problem.weight_bytes[d];
+    const auto& ops = order.device_ops[d];
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      const PipelineOp& op = ops[k];
       const StageCost& c = problem.costs[op.mb][op.stage];
+      const VersionedOp* v = stashes ? &versions.devices[d].ops[k] : nullptr;
+      const std::int64_t stashed = v ? v->stashed_during * copy_bytes : 0;
       const std::int64_t during = current + (op.kind == OpKind::F ? c.stored_bytes : 0) +
-                                  c.peak_bytes;
+                                  c.peak_bytes + stashed;
       if (during > peak) {
         peak = during;
         peak_op = op;
       }
       if (op.kind == OpKind::F) current += c.stored_bytes;
       if (op.kind == OpKind::B || op.kind == OpKind::W) current -= c.stored_bytes;
+      // Right after the stash (the op's free came first): one more copy is held.
+      if (v && v->stash_before) {
+        const auto kept = v->stashed_during - static_cast<std::int64_t>(v->free_after.size()) + 1;
+        if (current + kept * copy_bytes > peak) {
+          peak = current + kept * copy_bytes;
+          peak_op = op;
+        }
+      }
     }
     result->peak_memory_bytes[d] = peak;
     result->peak_op[d] = peak_op;

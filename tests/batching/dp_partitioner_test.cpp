@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 
+#include "dynapipe/core/error.h"
 #include "dynapipe/core/rng.h"
 #include "dynapipe/core/units.h"
 
@@ -99,6 +100,29 @@ TEST(DpPartitionerTest, EmptyAndUncoverableTables) {
   EXPECT_TRUE(none.starts.empty());
 }
 
+TEST(DpPartitionerTest, PushRowEqualsPushingEachTime) {
+  SegmentTable one_by_one(4), by_rows(4);
+  const std::vector<std::vector<double>> rows{{1.0, 1.5, 2.5}, {}, {0.5, 0.75}, {2.0}};
+  for (int i = 0; i < 4; ++i) {
+    for (double t : rows[static_cast<std::size_t>(i)]) one_by_one.push(i, t);
+    by_rows.push_row(i, std::span<const double>(rows[static_cast<std::size_t>(i)]).first(
+                            std::min<std::size_t>(1, rows[static_cast<std::size_t>(i)].size())));
+    by_rows.push_row(i, std::span<const double>(rows[static_cast<std::size_t>(i)]).subspan(
+                            std::min<std::size_t>(1, rows[static_cast<std::size_t>(i)].size())));
+  }
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(by_rows.window(i), one_by_one.window(i));
+    for (int c = 1; c <= by_rows.window(i); ++c) {
+      EXPECT_EQ(by_rows.time_ms(i, c), one_by_one.time_ms(i, c));
+    }
+  }
+  EXPECT_EQ(solve_partition(by_rows, {.num_stages = 2}).starts,
+            solve_partition(one_by_one, {.num_stages = 2}).starts);
+  SegmentTable short_table(2);
+  const double too_many[] = {1.0, 2.0};
+  EXPECT_THROW(short_table.push_row(1, too_many), Error);  // past the end
+}
+
 TEST(DpPartitionerTest, IncumbentPrunesWorseSolutions) {
   const SegmentTable table = toy_table({1000, 980, 500, 490, 480, 100, 90, 80});
   EXPECT_FALSE(solve_partition(table, {.num_stages = 4, .incumbent_ms = 32.0}).found);
@@ -137,6 +161,13 @@ TEST(DpPartitionerTest, MatchesBruteForceOnRandomTables) {
             << "seed " << seed << " family " << family << " n " << n << " p " << p;
         // The reported partition really has the reported objective.
         ASSERT_NEAR(weight * got.sum_ms + (p - 1) * got.max_ms, got.objective_ms, 1e-9);
+        if (family != 2) {  // the toy costs: a segment is no faster than its longest item
+          const Partition trusted = solve_partition(
+              table, {.num_stages = p, .sum_weight = weight, .items_bound_segments = true});
+          ASSERT_EQ(trusted.starts, got.starts) << "seed " << seed << " p " << p;
+          ASSERT_EQ(trusted.objective_ms, got.objective_ms) << "seed " << seed << " p " << p;
+          ASSERT_LE(trusted.dp_passes, got.dp_passes) << "seed " << seed << " p " << p;
+        }
         ++checked;
       }
     }

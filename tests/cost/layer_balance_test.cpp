@@ -28,6 +28,36 @@ double max_stage(const std::vector<double>& units, const std::vector<int>& count
   return worst;
 }
 
+// Calls visit(counts) for every split of n layers into `stages` non-empty contiguous stages.
+void for_each_split(int n, int stages, const std::function<void(const std::vector<int>&)>& visit) {
+  std::vector<int> counts;
+  std::function<void(int)> search = [&](int left) {
+    if (static_cast<int>(counts.size()) == stages) {
+      if (left == 0) visit(counts);
+      return;
+    }
+    for (int c = 1; c <= left; ++c) {
+      counts.push_back(c);
+      search(left - c);
+      counts.pop_back();
+    }
+  };
+  search(n);
+}
+
+// A random case of trial `trial`: 1..9 unit costs and a stage count that fits them.
+struct RandomCase {
+  int stages = 0;
+  std::vector<double> units;
+};
+RandomCase random_case(std::mt19937& rng, int trial) {
+  std::uniform_real_distribution<double> cost(0.1, 10.0);
+  const int n = 1 + trial % 9;
+  RandomCase c{.stages = 1 + static_cast<int>(rng() % n), .units = std::vector<double>(n)};
+  for (double& u : c.units) u = cost(rng);
+  return c;
+}
+
 TEST(LayerBalance, HeavyEndsGetFewerLayers) {
   EXPECT_EQ(balance_layer_counts({5, 1, 1, 1, 1, 5}, 3), (std::vector<int>{1, 4, 1}));
   EXPECT_EQ(balance_layer_counts({1, 1, 1, 1, 1, 1, 4}, 2), (std::vector<int>{5, 2}));
@@ -39,26 +69,14 @@ TEST(LayerBalance, HeavyEndsGetFewerLayers) {
 
 TEST(LayerBalance, EqualsBruteForceBottleneck) {
   std::mt19937 rng(3);
-  std::uniform_real_distribution<double> cost(0.1, 10.0);
   for (int trial = 0; trial < 200; ++trial) {
-    const int n = 1 + trial % 9;
-    const int stages = 1 + static_cast<int>(rng() % n);
-    std::vector<double> units(n);
-    for (double& u : units) u = cost(rng);
+    const RandomCase c = random_case(rng, trial);
+    const std::vector<double>& units = c.units;
+    const int stages = c.stages, n = static_cast<int>(units.size());
     double best = 1e300;
-    std::vector<int> counts;
-    std::function<void(int)> search = [&](int left) {
-      if (static_cast<int>(counts.size()) == stages) {
-        if (left == 0) best = std::min(best, max_stage(units, counts));
-        return;
-      }
-      for (int c = 1; c <= left; ++c) {
-        counts.push_back(c);
-        search(left - c);
-        counts.pop_back();
-      }
-    };
-    search(n);
+    for_each_split(n, stages, [&](const std::vector<int>& counts) {
+      best = std::min(best, max_stage(units, counts));
+    });
     const std::vector<int> got = balance_layer_counts(units, stages);
     ASSERT_EQ(static_cast<int>(got.size()), stages);
     EXPECT_EQ(std::accumulate(got.begin(), got.end(), 0), n);
@@ -105,12 +123,10 @@ TEST(LayerBalance, MemoryRuledSplitEqualsBruteForce) {
   // Every layer in exactly one stage, every stage within its rule, the slowest stage the
   // smallest among the splits that fit (nullopt exactly when none fits).
   std::mt19937 rng(11);
-  std::uniform_real_distribution<double> cost(0.1, 10.0);
   for (int trial = 0; trial < 300; ++trial) {
-    const int n = 1 + trial % 9;
-    const int stages = 1 + static_cast<int>(rng() % n);
-    std::vector<double> units(n);
-    for (double& u : units) u = cost(rng);
+    const RandomCase c = random_case(rng, trial);
+    const std::vector<double>& units = c.units;
+    const int stages = c.stages, n = static_cast<int>(units.size());
     StageMemoryRule rule;
     for (int u = 0; u < n; ++u) {
       rule.units.static_bytes.push_back(static_cast<std::int64_t>(rng() % 20));
@@ -128,19 +144,9 @@ TEST(LayerBalance, MemoryRuledSplitEqualsBruteForce) {
       return true;
     };
     double best = std::numeric_limits<double>::infinity();
-    std::vector<int> counts;
-    std::function<void(int)> search = [&](int left) {
-      if (static_cast<int>(counts.size()) == stages) {
-        if (left == 0 && fits(counts)) best = std::min(best, max_stage(units, counts));
-        return;
-      }
-      for (int c = 1; c <= left; ++c) {
-        counts.push_back(c);
-        search(left - c);
-        counts.pop_back();
-      }
-    };
-    search(n);
+    for_each_split(n, stages, [&](const std::vector<int>& counts) {
+      if (fits(counts)) best = std::min(best, max_stage(units, counts));
+    });
     const std::optional<std::vector<int>> got = balance_layer_counts(units, stages, rule);
     ASSERT_EQ(got.has_value(), std::isfinite(best)) << trial;
     if (!got) continue;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/plan/lowering.h"
 #include "dynapipe/plan/plan_binary.h"
 #include "dynapipe/plan/plan_json.h"
 #include "dynapipe/plan/verifier.h"
@@ -98,6 +99,20 @@ TEST(CorpusTest, DISABLED_WriteSeeds) {
     zb.iterations[0].replicas[0].executors = l.programs;
     zb.iterations[0].replicas[0].schedule = ScheduleKind::Zb1p;
   }
+  ExecutionPlan pipedream = testing::sample_plan(ModelKind::Gpt, 3, 1, 1, 4);
+  {
+    ScheduleOrder order = testing::one_f_one_b(3, 4);
+    order.weight_update = WeightUpdate::VerticalSync;
+    testing::Lowered l = testing::lower(order, {.num_devices = 3}, 4);
+    add_weight_versions(l.programs, l.order);
+    pipedream.config.schedule = ScheduleKind::PipeDream;
+    pipedream.config.vertical_sync = true;
+    pipedream.iterations[0].replicas[0].timeline = l.sim.timeline;
+    pipedream.iterations[0].replicas[0].executors = l.programs;
+    pipedream.iterations[0].replicas[0].schedule = ScheduleKind::PipeDream;
+  }
+  write(kCorpus / "json/gpt_pipedream.json", plan_to_json(pipedream, -1));
+  write(kCorpus / "binary/gpt_pipedream.dppl", encode_iteration(pipedream.iterations[0]));
   std::string gpt_json = plan_to_json(gpt, 1);
   write(kCorpus / "json/gpt_1f1b.json", gpt_json);
   write(kCorpus / "json/t5_dp2.json", plan_to_json(t5, -1));

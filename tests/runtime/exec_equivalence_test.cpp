@@ -169,6 +169,31 @@ void check_every_schedule(ModelKind kind) {
   }
 }
 
+// A non-uniform layer split (what --partition balanced often picks): the stage models,
+// the plan and, under interleaving, the chunks of each device's unequal share of layers
+// still compute the single-process step. Five layers split 2,3 (the uniform split is 3,2), two
+// chunks per device.
+void check_uneven_split(ModelKind kind) {
+  PlanConfig config = plan_config(kind, "dynapipe", 2, 1);
+  if (kind == ModelKind::Gpt) {
+    config.model.layers = 5;
+  } else {
+    config.model.layers = 3;
+    config.model.dec_layers = 2;
+  }
+  config.stage_layers = assign_layers(config.model, {2, 3});
+  const auto expected = single_process_losses(train_options(config));
+  for (const char* schedule : {"1f1b", "interleaved"}) {
+    auto options = train_options(config);
+    options.plan.schedule = *parse_schedule_kind(schedule);
+    expect_same_losses(expected, pipelined_losses(options),
+                       cat(model_kind_name(kind), " split 2,3, schedule ", schedule));
+  }
+}
+
+TEST(EquivalenceTest, GptUnevenSplitMatchesSingleProcess) { check_uneven_split(ModelKind::Gpt); }
+TEST(EquivalenceTest, T5UnevenSplitMatchesSingleProcess) { check_uneven_split(ModelKind::T5); }
+
 // --refine-cost-model changes the plans as it learns, never the math.
 TEST(EquivalenceTest, RefiningTheCostModelKeepsTheLossesAndLearnsFactors) {
   auto options = train_options(plan_config(ModelKind::Gpt, "dynapipe", 2, 1));

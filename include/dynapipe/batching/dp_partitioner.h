@@ -41,6 +41,8 @@ class SegmentTable {
   // Appends t([start, start + window(start) + 1)). REQUIRES: rows are filled in order of
   // start (a row may be left empty); start + window(start) < size; time_ms is not NaN.
   void push(int start, double time_ms);
+  // push(start, t) for every t of `times`, in order, checked once per row.
+  void push_row(int start, std::span<const double> times);
   int window(int start) const { return count_[start]; }
   // t([start, start + count)), 1 <= count <= window(start).
   double time_ms(int start, int count) const { return time_ms_[begin_[start] + count - 1]; }
@@ -71,6 +73,11 @@ struct PartitionOptions {
   // Only partitions with an objective strictly below this are of interest (e.g. the best
   // found under another recompute mode); lets the search prune. Default: +inf.
   double incumbent_ms = std::numeric_limits<double>::infinity();
+  // The caller guarantees that a segment takes no less time than any single item it
+  // holds (true when time grows with a segment's items, as the batching's cost models
+  // do): no threshold below the slowest item is feasible, and the search skips the DP
+  // pass that would prove it (step 2 below).
+  bool items_bound_segments = false;
 };
 
 struct Partition {
@@ -92,7 +99,8 @@ struct Partition {
 //   2. Only thresholds T <= (incumbent − w·f_∞)/(p−1) can improve (f_T >= f_∞), and
 //      none above max t(P∞) (f is already f_∞ there). Below T_lo = max_i t([i,i+1))
 //      nothing is feasible when times grow with the segment; one DP at the largest time
-//      below T_lo certifies that (if it is feasible after all, every time is kept).
+//      below T_lo certifies that (if it is feasible after all, every time is kept),
+//      unless the caller sets items_bound_segments.
 //   3. Branch and bound over the segment times left, as values (no sorted list): a DP
 //      at T returning a partition whose max is T' proves f constant on [T', T]; a range
 //      whose ends have equal f is skipped. In a range (lo, hi) with f >= f_hi only

@@ -41,6 +41,9 @@ struct PlanConfig {
   std::int64_t iterations = 0;  // 0 = all
   std::int64_t micro_batch_size = 0;  // rows per micro-batch where the strategy fixes it; 0 = its choice
   std::optional<Recompute> recompute = std::nullopt;  // one mode for every micro-batch; unset = the planner picks
+  // pipedream: the version the first stage chose travels with the activations, so every
+  // stage uses it for that micro-batch (docs/schedules.md, "Vertical sync").
+  bool vertical_sync = false;
   // The layers of each of the pp stages (cost model and stage models both read it); empty:
   // assign_layers_uniform(model, pp). `--partition balanced|joint` fills it (docs/partition.md).
   std::vector<StageLayers> stage_layers;

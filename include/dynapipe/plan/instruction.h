@@ -4,7 +4,8 @@
 // Communication: *Start posts a non-blocking operation, *Finish waits for it. Between
 // two executors, sends and receives are matched in posting order and must agree on
 // kind, mb and shape. Memory: FreeBuffer. Step: ReduceGrads (data-parallel all-reduce),
-// OptimizerStep.
+// OptimizerStep. Weight versions (asynchronous schedules, docs/plan-format.md): StashWeights
+// keeps a copy of the current version, FreeWeights drops a stashed one.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +34,10 @@ enum class InstructionOp : std::uint8_t {
   FreeBuffer = 13,
   ReduceGrads = 14,
   OptimizerStep = 15,
+  StashWeights = 16,
+  FreeWeights = 17,
 };
-inline constexpr int kNumInstructionOps = 16;
+inline constexpr int kNumInstructionOps = 18;
 
 std::string_view instruction_op_name(InstructionOp op);
 std::optional<InstructionOp> parse_instruction_op(std::string_view name);
@@ -61,6 +64,11 @@ InstructionOp comm_finish_of(InstructionOp start);
 //   Recv*Start/Finish   x  x     x    x    writes          -      (stage: the receiver's)
 //   FreeBuffer                             frees           -
 //   ReduceGrads, OptimizerStep             -               -
+//   StashWeights, FreeWeights  x           -               -      + version
+//
+// `version` (asynchronous schedules only, else -1): the weight version of the stage that
+// Forward / Backward use, that StashWeights copies (the current one) and FreeWeights
+// drops. Versions count the stage's optimizer steps within the iteration.
 struct Instruction {
   InstructionOp op = InstructionOp::Forward;
   int mb = -1;                      // micro-batch id, where it applies
@@ -69,6 +77,7 @@ struct Instruction {
   std::vector<std::int64_t> shape;  // communicated tensor shape; compute: shape of `buffer`
   int buffer = -1;                  // buffer id the instruction reads/writes/frees (-1: none)
   std::vector<int> inputs;          // compute: buffer ids it consumes, in a fixed order
+  int version = -1;                 // weight version (see above); -1: none
   friend bool operator==(const Instruction&, const Instruction&) = default;
 };
 

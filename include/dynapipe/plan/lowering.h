@@ -78,4 +78,14 @@ bool stage_loads_input(const StageLayers& stage);
 // Complexity: O(ops + transfers · log) time and memory.
 std::vector<ExecutorProgram> lower_to_programs(const LoweringInput& input);
 
+// Asynchronous schedules (order.weight_update != PerIteration; docs/plan-format.md,
+// "Weight versions"): rewrites the programs lower_to_programs() made from `order` so that
+// every Forward / Backward names its weight version (weight_versions(order)), each
+// optimizer step of a device follows its Backward (after the sends posted right after
+// it), preceded by StashWeights when a later op still needs the version it leaves
+// behind; FreeWeights follows a stashed version's last use (before that stash). The trailing
+// OptimizerStep of the synchronous lowering goes. Throws InvalidArgument for dp > 1
+// programs (ReduceGrads) or a compute op the order does not have.
+void add_weight_versions(std::vector<ExecutorProgram>& programs, const ScheduleOrder& order);
+
 }  // namespace dynapipe

@@ -17,6 +17,10 @@
 //   - ReduceGrads is a collective over the executors given that share a device (every
 //     replica and stage-replica of it).
 //   - Compute never blocks: its inputs must already be complete when it runs.
+//   - Weight versions (a program with any `version`, asynchronous schedules): Forward and
+//     Backward run on the current version or a stashed one, a Backward on its Forward's;
+//     StashWeights copies the current version, FreeWeights frees a stashed one, each
+//     OptimizerStep makes the next version current, and nothing stays stashed at the end.
 //
 // Thread-safety: pure function of its input.
 #pragma once
@@ -48,6 +52,9 @@ struct VerifyOptions {
   std::vector<std::int64_t> static_bytes;               // [device]; empty = 0
   std::int64_t memory_limit_bytes = 0;                  // 0 = no limit (peaks still reported)
   int bytes_per_element = 2;                            // >= 1
+  // [device] one copy of the weights, held by each stashed version (StashWeights to
+  // FreeWeights) of an asynchronous plan; empty = 0.
+  std::vector<std::int64_t> weight_bytes;
 };
 
 struct VerifyReport {

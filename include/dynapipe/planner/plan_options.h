@@ -47,6 +47,9 @@ struct PlanOptions {
   // Ranks per stage: "R0,R1,..." (one per stage), "1" (none replicated) or a `dynapipe
   // partition --out` JSON file; to_plan_config() resolves it into PlanConfig::stage_replicas.
   std::string replicas = "1";
+  // 1: pipedream's vertical sync (the first stage's weight version travels with the
+  // activations); a flag on the command line, 0 or 1 in Python.
+  std::int64_t vertical_sync = 0;
 };
 
 // One option. Integers and doubles are checked against [min, max] (inclusive; NaN is
@@ -62,6 +65,7 @@ struct PlanOptionSpec {
   double max = 0;
   std::vector<std::string> choices;
   bool show_default = true;  // CLI help prints the default
+  bool is_flag = false;      // an int in [0, 1] given as a bare flag on the command line
 };
 
 // Every option but `samples`, in CLI help order.

@@ -53,6 +53,9 @@ struct TrainOptions {
   std::vector<std::string> worker_command;  // argv that starts one rank (the CLI passes
                                             // its own argv); required when launching
   bool progress = true;         // progress on stderr (a bar on a terminal, lines otherwise)
+  // Debug only (tests): run pipedream's Forward / Backward on the current weights instead
+  // of the plan's stashed versions. Not a CLI flag.
+  bool debug_no_weight_stash = false;
 
   // Throws InvalidArgument naming the flag (e.g. "--steps must be >= 1, got 0").
   void validate() const;

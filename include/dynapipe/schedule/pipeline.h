@@ -40,10 +40,24 @@ struct PipelineLayout {
   int device_of(int stage) const { return stage % num_devices; }
 };
 
+// When weights change (docs/schedules.md, "Asynchronous schedules"). PerIteration: one
+// optimizer step after the whole global batch (every synchronous schedule). The others
+// step within the iteration and keep older weight versions (weight_versions.h).
+enum class WeightUpdate : std::uint8_t {
+  PerIteration,  // synchronous: every op uses the weights of the iteration's start
+  PerMicroBatch, // pipedream: a step after every backward, stashed versions
+  VerticalSync,  // pipedream --vertical-sync: every stage uses the first stage's version
+  TwoBuffer,     // pipedream-2bw: a step per group of pp micro-batches, one version delay
+};
+
 struct PipelineProblem {
   PipelineLayout layout;
   std::vector<std::vector<StageCost>> costs;  // [mb][virtual stage]
   std::vector<std::int64_t> static_bytes;     // [device]: parameters, grads, optimizer
+  // [device] one copy of the device's parameters, what a stashed weight version costs;
+  // empty = 0 (then asynchronous schedules' stashes are free in the simulation).
+  std::vector<std::int64_t> weight_bytes;
+  bool vertical_sync = false;  // pipedream: every stage uses the first stage's version
   std::int64_t memory_limit_bytes = 0;        // per device; 0 = unlimited
   double link_latency_ms = 0;                 // p2p time = latency + bytes / bandwidth
   double link_bandwidth_gbs = 0;              // 0 = communication is free
@@ -75,6 +89,8 @@ struct ScheduleOrder {
   // belongs to; an op of cycle c starts no earlier than every op of cycles < c has
   // ended. Empty = no barriers (every other schedule).
   std::vector<std::vector<int>> op_cycle;
+  // How weights are updated along this order (set by the pipedream schedules).
+  WeightUpdate weight_update = WeightUpdate::PerIteration;
 };
 
 struct TimedOp {

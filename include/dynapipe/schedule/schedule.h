@@ -8,7 +8,13 @@
 //                     timed with cycle barriers
 //   wait-free-cyclic  the cyclic order replayed without barriers (DynaPipe's schedule)
 //   zb1p              zero-bubble ZB-H1: backward split into I (critical) and W (fills bubbles)
+//   pipedream         asynchronous PipeDream: the 1F1B order, a weight update after every
+//                     backward, weight stashing (optionally vertical sync)
+//   pipedream-2bw     PipeDream-2BW: the 1F1B order, an update per group of pp micro-batches
+//                     computed on the version before, two weight buffers
 //
+// The two asynchronous schedules change the training semantics (docs/schedules.md,
+// "Asynchronous schedules"), so the search (auto) never picks them: they are opt-in.
 // A Schedule only orders ops; simulate() (simulator.h) says what the order costs.
 // Schedules are stateless and thread-safe.
 //
@@ -39,12 +45,16 @@ enum class ScheduleKind : std::uint8_t {
   Cyclic,          // "cyclic"
   WaitFreeCyclic,  // "wait-free-cyclic"
   Zb1p,            // "zb1p"
+  PipeDream,       // "pipedream"
+  PipeDream2BW,    // "pipedream-2bw"
 };
 
 std::string_view schedule_kind_name(ScheduleKind kind);
 std::optional<ScheduleKind> parse_schedule_kind(std::string_view name);
-// Every concrete schedule (no Auto), in the order the search tries them.
+// Every concrete schedule the search tries (no Auto, no asynchronous one), in order.
 const std::vector<ScheduleKind>& schedule_kinds();
+// True for pipedream and pipedream-2bw: weights change within an iteration.
+bool is_async_schedule(ScheduleKind kind);
 // Every spelling, "auto" first (for CLI choices and docs).
 std::vector<std::string_view> schedule_kind_names();
 // The spellings of schedule_kinds(), in the same order.

@@ -23,6 +23,9 @@
 //  * Replicated stages (PipelineProblem::stage_replicas): each stage-replica is a device
 //    of its own (own op list, compute stream, links and memory, static bytes of its
 //    stage); "device" in the results means these simulated devices.
+//  * Asynchronous orders (ScheduleOrder::weight_update) also hold their stashed weight
+//    versions (weight_versions.h), each PipelineProblem::weight_bytes of the device: during
+//    an op, the versions stashed before it; right after a stash, one more.
 //
 // Thread-safety: simulate() is reentrant; one Simulator object per thread.
 //

@@ -168,6 +168,8 @@ struct Executor::Impl {
     torch::Tensor input;   // requires grad (undefined on stage 0)
     torch::Tensor output;  // hidden, or undefined on the last stage
     torch::Tensor loss;    // last stage only
+    int version = -1;      // >= 0: ran without autograd on this weight version; the
+                           // backward re-runs it from `input`
   };
   struct Pending {
     Op op;
@@ -189,6 +191,10 @@ struct Executor::Impl {
   const ReplicaPlan* replica = nullptr;
   double loss_scale = 1.0;
   IterationResult result;
+  // Weight versions of this iteration: the current one (= the live parameters) and the
+  // stashed copies, each parallel to `params`.
+  int version = 0;
+  std::map<int, std::vector<torch::Tensor>> stashed;
 
   Impl(ExecutorConfig c, std::map<int, std::shared_ptr<StageModel>> s, Communicator& p,
        Communicator* d, CollateFn f)
@@ -224,14 +230,21 @@ struct Executor::Impl {
     pending.clear();
     buffers.clear();
     result = IterationResult{};
+    version = 0;
+    stashed.clear();
   }
 
   std::int64_t held_bytes() const {
     std::int64_t total = 0;
     for (const auto* m : {&act_in, &grad_in, &act_out, &grad_out})
       for (const auto& [k, t] : *m) total += bytes_of(t);
-    for (const auto& [k, f] : forwarded) total += bytes_of(f.output);
+    for (const auto& [k, f] : forwarded) {
+      total += bytes_of(f.output);
+      if (f.version >= 0) total += bytes_of(f.input);
+    }
     for (const auto& p : pending) total += bytes_of(p.tensor);
+    for (const auto& [v, copy] : stashed)
+      for (const auto& t : copy) total += bytes_of(t);
     return total;
   }
 
@@ -290,9 +303,19 @@ struct Executor::Impl {
       Key prev{in.mb, in.stage - 1};
       bool linked = !act_in.count(key) && local.count(in.stage - 1) && act_out.count(prev);
       f.input = linked ? take(act_out, prev, "activation") : take(act_in, key, "received activation");
-      f.input.requires_grad_(true);
+      if (in.version < 0) f.input.requires_grad_(true);
     }
-    auto out = stages.at(in.stage)->forward(f.input, batch(in.mb));
+    StageOutput out;
+    if (in.version >= 0) {
+      // Versioned: no graph now (a step may come before the backward, which re-runs it).
+      f.version = in.version;
+      with_version(in.version, [&] {
+        torch::NoGradGuard no_grad;
+        out = stages.at(in.stage)->forward(f.input, batch(in.mb));
+      });
+    } else {
+      out = stages.at(in.stage)->forward(f.input, batch(in.mb));
+    }
     bool last = in.stage == config.num_stages - 1;
     if (last) {
       DYNAPIPE_CHECK(out.loss.defined(), cat("stage ", in.stage, " is last but returned no loss"));
@@ -305,6 +328,7 @@ struct Executor::Impl {
       act_out[key] = out.hidden.detach();
       remember_buffer(in.buffer, &act_out, key);
     }
+    if (f.version >= 0) f.output = torch::Tensor();  // the backward recomputes it
     forwarded.emplace(key, std::move(f));
   }
 
@@ -329,6 +353,7 @@ struct Executor::Impl {
                                              " runs backward before its forward"));
     Forwarded f = std::move(it->second);
     forwarded.erase(it);
+    if (f.version >= 0) return versioned_backward(in, std::move(f));
     torch::Tensor output = f.loss, grad;
     if (!f.loss.defined()) {
       await_recv(Op::RecvGradStart, key);
@@ -355,6 +380,95 @@ struct Executor::Impl {
       grad_out[key] = g;
       remember_buffer(in.buffer, &grad_out, key);
     }
+  }
+
+  // Runs `body` with the parameters holding weight version `v`: the live values when v is
+  // current, else the stashed copy, swapped in and back out (the body's autograd graph,
+  // if any, must not outlive it).
+  template <typename Body>
+  void with_version(int v, Body&& body) {
+    if (v == version || config.debug_no_weight_stash) {
+      body();
+      return;
+    }
+    auto it = stashed.find(v);
+    if (it == stashed.end())
+      throw Error(ErrorKind::ParseError, cat("weight version ", v, " must be the current one (",
+                                             version, ") or stashed, got neither"));
+    std::vector<torch::Tensor> live;
+    {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        live.push_back(params[i].detach().clone());
+        params[i].detach().copy_(it->second[i]);
+      }
+    }
+    auto restore = [&] {
+      torch::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(live[i]);
+    };
+    try {
+      body();
+    } catch (...) {
+      restore();
+      throw;
+    }
+    restore();
+  }
+
+  // The backward of a versioned forward: re-run the forward on its version with autograd
+  // from the kept input, then backward; parameter gradients accumulate into .grad.
+  void versioned_backward(const Instruction& in, Forwarded f) {
+    Key key{in.mb, in.stage};
+    if (in.version != f.version)
+      throw Error(ErrorKind::ParseError, cat("mb ", in.mb, " stage ", in.stage,
+                                             " backward uses weight version ", in.version,
+                                             ", its forward used ", f.version));
+    const bool last = in.stage == config.num_stages - 1;
+    torch::Tensor grad;
+    if (!last) {
+      await_recv(Op::RecvGradStart, key);
+      Key next{in.mb, in.stage + 1};
+      bool linked = !grad_in.count(key) && local.count(in.stage + 1) && grad_out.count(next);
+      grad = linked ? take(grad_out, next, "gradient") : take(grad_in, key, "received gradient");
+    }
+    torch::Tensor input;
+    if (f.input.defined()) input = f.input.detach().requires_grad_(true);
+    with_version(in.version, [&] {
+      StageOutput out = stages.at(in.stage)->forward(input, batch(in.mb));
+      if (last) {
+        out.loss.backward();
+        return;
+      }
+      if (grad.sizes() != out.hidden.sizes())
+        throw Error(ErrorKind::ParseError,
+                    cat("gradient for mb ", in.mb, " stage ", in.stage, " has shape [",
+                        join(grad.sizes(), ", "), "], its activation [",
+                        join(out.hidden.sizes(), ", "), "]"));
+      torch::autograd::backward({out.hidden}, {grad});
+    });
+    if (in.stage > 0) {
+      auto g = input.grad();
+      DYNAPIPE_CHECK(g.defined(), cat("stage ", in.stage, " input received no gradient"));
+      grad_out[key] = g;
+      remember_buffer(in.buffer, &grad_out, key);
+    }
+  }
+
+  void stash_weights(const Instruction& in) {
+    if (in.version != version || stashed.count(in.version))
+      throw Error(ErrorKind::ParseError, cat("StashWeights must copy the current version ", version,
+                                             " once, got version ", in.version));
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> copy;
+    for (const auto& p : params) copy.push_back(p.detach().clone());
+    stashed.emplace(in.version, std::move(copy));
+  }
+
+  void free_weights(const Instruction& in) {
+    if (!stashed.erase(in.version))
+      throw Error(ErrorKind::ParseError,
+                  cat("FreeWeights must free a stashed version, got version ", in.version));
   }
 
   void start(const Instruction& in) {
@@ -444,6 +558,7 @@ struct Executor::Impl {
     optimizer->step();
     optimizer->zero_grad();
     if (sharded()) sync_from_owners();
+    ++version;
   }
 
   // After a ZeRO-1 step only the owner holds a parameter's new value. Every replica but
@@ -478,6 +593,8 @@ struct Executor::Impl {
       case Op::FreeBuffer: free_buffer(in); break;
       case Op::ReduceGrads: reduce_grads(); break;
       case Op::OptimizerStep: step(); break;
+      case Op::StashWeights: stash_weights(in); break;
+      case Op::FreeWeights: free_weights(in); break;
     }
   }
 
@@ -536,6 +653,7 @@ struct Executor::Impl {
     act_out.clear();
     grad_out.clear();
     buffers.clear();
+    stashed.clear();
     return out;
   }
 };

@@ -1,6 +1,12 @@
 // Executor: runs one executor's instruction list (ExecutorProgram) of an IterationPlan
 // with LibTorch stage models and a Communicator. Private to runtime/ (includes torch).
 //
+// Weight versions (asynchronous schedules, docs/runtime.md "Weight versions"): a Forward
+// with a `version` runs without autograd on that version's weights and keeps its input;
+// its Backward re-runs the forward on the same version with autograd, then backward, so
+// no autograd graph outlives an optimizer step. StashWeights copies the current
+// parameters, FreeWeights drops a copy, OptimizerStep makes the next version current.
+//
 // Instructions run strictly in order, with no synchronisation between them beyond the
 // *Finish waits the plan contains (docs/runtime.md "Instruction semantics"). State is
 // keyed by (micro-batch id, local virtual stage), not by buffer slot, so a plan cannot
@@ -47,6 +53,10 @@ struct ExecutorConfig {
   // replicas. Each replica steps only the parameters it owns (zero_owner()), then every
   // parameter is synchronised from its owner. Same math as without it, 1/dp of the states.
   bool zero = false;
+  // Debug only: ignore the plan's weight versions and run every Forward / Backward on the
+  // current weights (no stashing), to show that the asynchronous equivalence tests see
+  // the difference. Never set in training.
+  bool debug_no_weight_stash = false;
 };
 
 // Which of `dp` replicas owns each parameter under ZeRO-1: greedy by size, largest first,

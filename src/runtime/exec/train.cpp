@@ -265,7 +265,8 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
     ExecutorConfig config{.rank = c.rank, .ranks = c.ranks,
                           .num_stages = hooks.num_stages, .comm_timeout = comm_timeout,
                           .lr = options.lr, .weight_decay = options.weight_decay,
-                          .zero = options.plan.zero == 1};
+                          .zero = options.plan.zero == 1,
+                          .debug_no_weight_stash = options.debug_no_weight_stash};
     Executor executor(config, stages, *c.pipe, c.dp_group, hooks.collate);
 
     CheckpointMeta progress_so_far;
