@@ -159,8 +159,8 @@ class Planner:
         micro_batch_size: int = 0,
         recompute: str = "auto",
         partition: str = "balanced",
-        replicas: _Path = "1",
         vertical_sync: int = 0,
+        replicas: _Path = "1",
     ) -> None: ...
     @property
     def options(self) -> Dict[str, Any]: ...
