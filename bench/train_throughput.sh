@@ -8,7 +8,8 @@
 #
 # Environment: MODEL (gpt-tiny), PP (2), DP (1), MAX_SEQLEN (2048), TOKENS (16384 per
 # global batch), STEPS (3), THREADS (1 per rank), DATA (the bundled dataset),
-# STRATEGIES (all five), DYNAPIPE (build/dynapipe).
+# STRATEGIES (all five), DYNAPIPE (build/dynapipe), REPLICAS (1: none; e.g. 2,1 runs
+# stage 0 on two ranks, --replicas).
 set -euo pipefail
 
 DYNAPIPE=${DYNAPIPE:-build/dynapipe}
@@ -20,6 +21,7 @@ MAX_SEQLEN=${MAX_SEQLEN:-2048}
 TOKENS=${TOKENS:-16384}
 STEPS=${STEPS:-3}
 THREADS=${THREADS:-1}
+REPLICAS=${REPLICAS:-1}
 STRATEGIES=${STRATEGIES:-"packing dynapipe packing-varlen token-based padding"}
 # A receive waits for the peer's whole F+B of a micro-batch: padding's 30-row x 2048
 # micro-batches take minutes on a CPU.
@@ -33,14 +35,14 @@ fi
 
 echo
 echo "\`$DYNAPIPE train --data $DATA --model $MODEL --pp $PP --dp $DP --max-seqlen $MAX_SEQLEN" \
-  "--global-batch-tokens $TOKENS --steps $STEPS --threads-per-rank $THREADS --strategy S\`" \
+  "--global-batch-tokens $TOKENS --steps $STEPS --threads-per-rank $THREADS --replicas $REPLICAS --strategy S\`" \
   "($(nproc) cores, $(date -u +%Y-%m-%d))"
 echo
 for strategy in $STRATEGIES; do
   echo "running $strategy ..." >&2
   "$DYNAPIPE" train --data "$DATA" --model "$MODEL" --pp "$PP" --dp "$DP" --max-seqlen "$MAX_SEQLEN" \
     --global-batch-tokens "$TOKENS" --steps "$STEPS" --threads-per-rank "$THREADS" \
-    --strategy "$strategy" --metrics "$TMP/$strategy.jsonl" --no-progress \
+    --replicas "$REPLICAS" --strategy "$strategy" --metrics "$TMP/$strategy.jsonl" --no-progress \
     --comm-timeout "$COMM_TIMEOUT" > /dev/null || echo "$strategy failed; see above" >&2
 done
 

@@ -70,6 +70,7 @@ class ExecutorProgram:
     rank: int
     device: int
     replica: int
+    stage_replica: int
     instructions: List[Instruction]
 
 class ReplicaPlan:
@@ -159,6 +160,7 @@ class Planner:
         recompute: str = "auto",
         partition: str = "balanced",
         vertical_sync: int = 0,
+        replicas: _Path = "1",
     ) -> None: ...
     @property
     def options(self) -> Dict[str, Any]: ...

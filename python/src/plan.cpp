@@ -118,6 +118,7 @@ void bind_plan(py::module_& m) {
       .def_readonly("rank", &ExecutorProgram::rank)
       .def_readonly("device", &ExecutorProgram::device)
       .def_readonly("replica", &ExecutorProgram::replica)
+      .def_readonly("stage_replica", &ExecutorProgram::stage_replica)
       .def_readonly("instructions", &ExecutorProgram::instructions);
 
   py::class_<ReplicaPlan>(m, "ReplicaPlan", "The plan of one data-parallel replica.")

@@ -127,6 +127,19 @@ def test_dp_replicas_split_the_batch():
     assert [mb.replica for mb in plan.microbatches] == sorted(mb.replica for mb in plan.microbatches)
 
 
+def test_replicated_stages_take_micro_batches_round_robin():
+    plan = dynapipe.Planner(pp=2, replicas="2,1", strategy="padding", micro_batch_size=2).plan(INPUTS, TARGETS)
+    executors = plan.replicas[0].executors
+    assert [(e.rank, e.device, e.stage_replica) for e in executors] == [(0, 0, 0), (1, 0, 1), (2, 1, 0)]
+    mbs = len(plan.replicas[0].microbatches)
+    assert mbs >= 2
+    for e in executors[:2]:
+        forwards = [i.mb for i in e.instructions if i.op == "Forward"]
+        assert set(forwards) == {mb for mb in range(mbs) if mb % 2 == e.stage_replica}
+    with pytest.raises(ValueError, match=r"--replicas must have one count per stage \(--pp 2\), got 3"):
+        dynapipe.Planner(pp=2, replicas="2,1,1")
+
+
 def test_samples_and_global_batches(source_dir):
     path = source_dir / "tests/cli/data/small.jsonl"
     samples = dynapipe.load_samples(path)

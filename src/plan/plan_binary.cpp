@@ -176,6 +176,7 @@ void write_replica(Writer& out, const ReplicaPlan& r) {
     e.zz(p.replica);
     e.varint(p.instructions.size());
     for (const Instruction& in : p.instructions) write_instruction(e, in);
+    if (p.stage_replica != 0) e.zz(p.stage_replica);  // optional trailing field; absent = 0
     executors.section(kExecutorTag, e);
   }
 
@@ -399,6 +400,7 @@ ReplicaPlan read_replica(Reader& parent) {
     std::size_t count = e.count("instruction", 2);
     p.instructions.reserve(count);
     for (std::size_t k = 0; k < count; ++k) p.instructions.push_back(read_instruction(e));
+    if (e.left() > 0) p.stage_replica = e.zz32();
     e.finish();
     r.executors.push_back(std::move(p));
   }

@@ -71,6 +71,7 @@ Json config_to_json(const PlanConfig& c) {
   if (c.recompute) j["recompute"] = recompute_name(*c.recompute);
   if (c.vertical_sync) j["vertical_sync"] = 1;
   if (!c.stage_layers.empty()) j["layers_per_stage"] = layers_per_stage(c.stage_layers);
+  if (!c.stage_replicas.empty()) j["stage_replicas"] = c.stage_replicas;  // absent = 1 each
   return j;
 }
 
@@ -149,6 +150,7 @@ Json replica_to_json(const ReplicaPlan& r, ModelKind model) {
     e["rank"] = p.rank;
     e["stage"] = p.device;
     e["replica"] = p.replica;
+    if (p.stage_replica != 0) e["stage_replica"] = p.stage_replica;  // absent = 0
     Json instructions = Json::array();
     for (const Instruction& in : p.instructions) instructions.push_back(instruction_to_json(in));
     e["instructions"] = std::move(instructions);
@@ -265,6 +267,12 @@ PlanConfig config_from(const JsonValue& n) {
       counts.fail(cat("layer counts summing to the model's ", c.model.total_layers(), " layers"));
     }
   }
+  if (n.has("stage_replicas")) {
+    const JsonValue replicas = n["stage_replicas"];
+    for (std::int64_t r : replicas.integers(1)) c.stage_replicas.push_back(static_cast<int>(r));
+    if (static_cast<int>(c.stage_replicas.size()) != c.pp)
+      replicas.fail(cat("pp (", c.pp, ") replications"));
+  }
   return c;
 }
 
@@ -358,6 +366,7 @@ ReplicaPlan replica_from(const JsonValue& n, ModelKind model) {
     p.rank = e["rank"].int32();
     p.device = e["stage"].int32();
     p.replica = e.has("replica") ? e["replica"].int32() : 0;
+    p.stage_replica = e.has("stage_replica") ? e["stage_replica"].int32(0) : 0;
     p.instructions = e["instructions"].list<Instruction>(instruction_from);
     return p;
   });

@@ -107,6 +107,13 @@ class Replay {
   void check_match(int sender, int receiver, std::size_t k);
   void wake(int e);
   void account(int e, std::int64_t delta);
+  int replicas_of(const Executor& x) const {
+    return options_.stage_replicas.empty() ? 1 : options_.stage_replicas[x.program->device];
+  }
+  // Whether executor x runs micro-batch mb: stage-replica mb mod r of its device does.
+  bool runs_mb(const Executor& x, int mb) const {
+    return mb % replicas_of(x) == x.program->stage_replica;
+  }
   std::size_t done_index(int mb, int stage) const {
     return static_cast<std::size_t>(mb) * options_.layout.num_stages() + stage;
   }
@@ -130,6 +137,12 @@ void Replay::setup() {
   if (layout.num_devices < 1 || layout.chunks < 1) {
     fail(cat("options.layout must have num_devices >= 1 and chunks >= 1, got ", layout.num_devices,
              " and ", layout.chunks));
+  }
+  if (!options_.stage_replicas.empty() &&
+      (static_cast<int>(options_.stage_replicas.size()) != layout.num_devices ||
+       *std::min_element(options_.stage_replicas.begin(), options_.stage_replicas.end()) < 1)) {
+    fail(cat("options.stage_replicas must be empty or one count >= 1 per device (",
+             layout.num_devices, "), got ", join(options_.stage_replicas, ",")));
   }
   if (options_.num_microbatches < 1) {
     fail(cat("options.num_microbatches must be >= 1, got ", options_.num_microbatches));
@@ -160,11 +173,16 @@ void Replay::setup() {
   executors_.resize(programs_.size());
   for (std::size_t e = 0; e < programs_.size(); ++e) {
     const ExecutorProgram& p = programs_[e];
-    if (p.device < 0 || p.device >= layout.num_devices || p.replica < 0 ||
-        p.rank != RankLayout{.pp = layout.num_devices, .dp = p.replica + 1}.rank_of(p.replica, p.device)) {
+    const RankLayout ranks{
+        .pp = layout.num_devices, .dp = p.replica + 1, .stage_replicas = options_.stage_replicas};
+    if (p.device < 0 || p.device >= layout.num_devices || p.replica < 0 || p.stage_replica < 0 ||
+        p.stage_replica >= ranks.replicas_of(p.device) ||
+        p.rank != ranks.rank_of(p.replica, p.device, p.stage_replica)) {
       fail(cat("executor ", e, " must have device in [0, ", layout.num_devices,
-               "), replica >= 0 and rank = replica * ", layout.num_devices, " + device, got rank ",
-               p.rank, ", device ", p.device, ", replica ", p.replica));
+               "), replica >= 0, stage_replica in [0, replicas of its device) and rank = "
+               "RankLayout::rank_of(replica, device, stage_replica), got rank ",
+               p.rank, ", device ", p.device, ", replica ", p.replica, ", stage_replica ",
+               p.stage_replica));
     }
     if (!by_rank_.emplace(p.rank, static_cast<int>(e)).second) {
       fail(cat("rank ", p.rank, " must appear once, got it twice"));
@@ -239,6 +257,11 @@ void Replay::check_fields(int e, const Instruction& in) {
     }
     if (in.stage < 0 || in.stage >= stages) {
       fail_at(e, cat("stage must be in [0, ", stages, "), got ", in.stage));
+    }
+    if (!runs_mb(x, in.mb)) {  // round robin over a replicated stage's ranks
+      fail_at(
+          e, cat("mb ", in.mb, " must run on stage-replica ", in.mb % replicas_of(x), " of device ",
+                 x.program->device, ", got stage-replica ", x.program->stage_replica));
     }
   };
   if (is_compute(in.op)) {
@@ -544,6 +567,7 @@ bool Replay::step(int e) {
       [[fallthrough]];
     case InstructionOp::ReduceGrads: {
       for (int mb = 0; mb < options_.num_microbatches; ++mb) {
+        if (!runs_mb(x, mb)) continue;
         for (int s = x.program->device; s < stages; s += options_.layout.num_devices) {
           std::uint8_t done = x.done[done_index(mb, s)];
           if (!(done & kF) || !((done & kB) || (done & kW))) {

@@ -12,6 +12,7 @@
 #include "dynapipe/data/global_batch.h"
 #include "dynapipe/planner/layer_partition.h"
 #include "dynapipe/planner/planner.h"
+#include "dynapipe/planner/stage_replicas.h"
 #include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe {
@@ -99,6 +100,11 @@ std::vector<PlanOptionSpec> make_table() {
           &O::vertical_sync, 0, 1, {}, false);
   vertical_sync.is_flag = true;
   t.push_back(std::move(vertical_sync));
+  t.push_back(
+      row("--replicas", "replicas",
+          "Ranks per pipeline stage, R0,R1,... (each stage's replicas take its micro-batches round "
+          "robin), or the JSON of `dynapipe partition --out`",
+          &O::replicas));
   return t;
 }
 
@@ -177,6 +183,7 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   if (options.recompute != "auto") config.recompute = parse_recompute(options.recompute);
   config.vertical_sync = options.vertical_sync == 1;
   config.stage_layers = stage_layers_for(options, config);
+  config.stage_replicas = parse_stage_replicas(options.replicas, config.pp);
   return config;
 }
 

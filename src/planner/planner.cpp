@@ -11,12 +11,15 @@
 #include "dynapipe/batching/varlen_regroup.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/rank_layout.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/plan/lowering.h"
+#include "dynapipe/plan/replicate_stages.h"
 #include "dynapipe/plan/verifier.h"
 #include "dynapipe/schedule/schedule.h"
 #include "dynapipe/schedule/schedule_search.h"
+#include "dynapipe/schedule/simulator.h"
 
 namespace dynapipe {
 
@@ -64,6 +67,26 @@ void validate_config(const PlanConfig& config) {
                 cat("--vertical-sync needs --schedule pipedream, got ",
                     schedule_kind_name(config.schedule)));
   }
+  if (!config.stage_replicas.empty()) {
+    const auto& r = config.stage_replicas;
+    if (static_cast<int>(r.size()) != config.pp || *std::min_element(r.begin(), r.end()) < 1) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--replicas must have one count >= 1 per stage (--pp ", config.pp, "), got ",
+                      join(r, ",")));
+    }
+    if (config.schedule == ScheduleKind::Interleaved) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--schedule interleaved cannot run replicated stages (--replicas ",
+                      join(r, ","), "); choose another --schedule"));
+    }
+    // Replicated stages reduce their gradients once per iteration.
+    if (is_async_schedule(config.schedule)) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("--schedule ", schedule_kind_name(config.schedule),
+                      " cannot run replicated stages (--replicas ", join(r, ","),
+                      "); choose a schedule that flushes"));
+    }
+  }
 }
 
 // Replays the replica's programs (deadlock freedom, matching, buffers) and their memory
@@ -72,9 +95,11 @@ void validate_config(const PlanConfig& config) {
 // the plan's memory claim checked independently of the simulator's timeline, which
 // chose the schedule.
 void verify_replica(const ReplicaPlan& replica, const PipelineProblem& problem,
-                    const CostModel& stage_model, std::int64_t memory_limit_bytes) {
+                    const CostModel& stage_model, std::int64_t memory_limit_bytes,
+                    const std::vector<int>& stage_replicas) {
   VerifyOptions verify;
   verify.layout = problem.layout;
+  verify.stage_replicas = stage_replicas;
   verify.num_microbatches = static_cast<int>(replica.microbatches.size());
   verify.static_bytes = problem.static_bytes;
   verify.weight_bytes = problem.weight_bytes;
@@ -86,6 +111,31 @@ void verify_replica(const ReplicaPlan& replica, const PipelineProblem& problem,
     verify.stored_bytes.push_back(std::move(stored));
   }
   verify_programs(replica.executors, verify);
+}
+
+// Replicated stages: the chosen order simulated with each stage-replica as a device of
+// its own, running its stage's ops of its micro-batches (m mod r) in the stage's order, as
+// replicate_stages() splits the programs. Orders of the pp-device search stay valid: a
+// run of the stage order restricted to a stage-replica's ops is a run of the split one.
+SimResult simulate_stage_replicas(const PipelineProblem& problem, const ScheduleOrder& order,
+                                  const std::vector<int>& stage_replicas) {
+  PipelineProblem replicated = problem;
+  replicated.stage_replicas = stage_replicas;
+  ScheduleOrder split;
+  for (int d = 0; d < problem.layout.num_devices; ++d) {
+    const int r = stage_replicas[static_cast<std::size_t>(d)];
+    for (int a = 0; a < r; ++a) {
+      auto& ops = split.device_ops.emplace_back();
+      std::vector<int>* cycles = order.op_cycle.empty() ? nullptr : &split.op_cycle.emplace_back();
+      for (std::size_t i = 0; i < order.device_ops[d].size(); ++i) {
+        const PipelineOp& op = order.device_ops[d][i];
+        if (op.mb % r != a) continue;
+        ops.push_back(op);
+        if (cycles != nullptr) cycles->push_back(order.op_cycle[d][i]);
+      }
+    }
+  }
+  return simulate(replicated, split, SimOptions{.record = false});
 }
 
 double percentile(std::vector<double> values, double q) {
@@ -547,9 +597,11 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   const std::vector<int> device_layers = layers_per_stage(m.base_cost->stages());
   const bool interleaving_possible =
       config.pp > 1 && *std::min_element(device_layers.begin(), device_layers.end()) >= kInterleavedChunks;
+  // Replicated stages split each device's program by micro-batch (replicate_stages.h),
+  // which interleaved chunks do not support.
   const bool wants_interleaved =
       m.schedule == ScheduleKind::Interleaved ||
-      (m.schedule == ScheduleKind::Auto && !options.fixed_layout);
+      (m.schedule == ScheduleKind::Auto && !options.fixed_layout && config.stage_replicas.empty());
   if (config.schedule == ScheduleKind::Interleaved && !interleaving_possible) {
     throw Error(ErrorKind::Unsupported,
                 cat("--schedule interleaved needs --pp >= 2 and at least ", kInterleavedChunks,
@@ -683,7 +735,29 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     if (best.order.weight_update != WeightUpdate::PerIteration) {
       add_weight_versions(replica.executors, best.order);
     }
-    if (m.options.verify) verify_replica(replica, chosen.problem, stage_model, m.memory_limit_bytes);
+    if (!m.config.stage_replicas.empty()) {
+      // Estimates of the ranks as they run: makespan, and per stage its largest
+      // stage-replica peak (est_peak_memory_bytes stays [device]).
+      const SimResult ranks_sim =
+          simulate_stage_replicas(chosen.problem, best.order, m.config.stage_replicas);
+      replica.est_iteration_ms = ranks_sim.makespan_ms;
+      std::size_t rank = 0;
+      for (int d = 0; d < m.config.pp; ++d) {
+        std::int64_t& peak = replica.est_peak_memory_bytes[static_cast<std::size_t>(d)];
+        peak = 0;
+        for (int a = 0; a < m.config.stage_replicas[d]; ++a) {
+          peak = std::max(peak, ranks_sim.peak_memory_bytes[rank++]);
+        }
+      }
+      replica.executors = replicate_stages(
+          replica.executors,
+          RankLayout{
+              .pp = m.config.pp, .dp = m.config.dp, .stage_replicas = m.config.stage_replicas});
+    }
+    if (m.options.verify) {
+      verify_replica(replica, chosen.problem, stage_model, m.memory_limit_bytes,
+                     m.config.stage_replicas);
+    }
     iteration.est_iteration_ms = std::max(iteration.est_iteration_ms, replica.est_iteration_ms);
     iteration.replicas.push_back(std::move(replica));
   }

@@ -1,6 +1,7 @@
 #include "dynapipe/schedule/pipeline.h"
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
 
 namespace dynapipe {
 
@@ -22,6 +23,21 @@ double PipelineProblem::p2p_ms(std::int64_t bytes) const {
   if (link_bandwidth_gbs <= 0) return 0;
   // GB/s = 1e9 bytes per second = 1e6 bytes per millisecond.
   return link_latency_ms + static_cast<double>(bytes) / (link_bandwidth_gbs * 1e6);
+}
+
+int PipelineProblem::num_sim_devices() const {
+  if (stage_replicas.empty()) return layout.num_devices;
+  int total = 0;
+  for (int r : stage_replicas) total += r;
+  return total;
+}
+
+int PipelineProblem::sim_device_of(const PipelineOp& op) const {
+  const int device = layout.device_of(op.stage);
+  if (stage_replicas.empty()) return device;
+  int first = 0;
+  for (int d = 0; d < device; ++d) first += stage_replicas[d];
+  return first + op.mb % stage_replicas[device];
 }
 
 double PipelineProblem::op_ms(const PipelineOp& op) const {
@@ -72,6 +88,16 @@ void PipelineProblem::validate() const {
                 cat(kWhere, ": memory_limit_bytes, link_latency_ms and link_bandwidth_gbs must be "
                             ">= 0, got ",
                     memory_limit_bytes, ", ", link_latency_ms, ", ", link_bandwidth_gbs));
+  }
+  if (!stage_replicas.empty()) {
+    bool ok = static_cast<int>(stage_replicas.size()) == layout.num_devices && layout.chunks == 1;
+    for (int r : stage_replicas) ok = ok && r >= 1;
+    if (!ok) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat(kWhere, ": stage_replicas must be empty or one count >= 1 per device (",
+                      layout.num_devices, ") with chunks 1, got ", join(stage_replicas, ","),
+                      " with chunks ", layout.chunks));
+    }
   }
   const int stages = num_stages();
   for (std::size_t mb = 0; mb < costs.size(); ++mb) {

@@ -18,7 +18,7 @@ int kind_index(OpKind kind) { return static_cast<int>(kind); }
 }  // namespace
 
 void Simulator::check_order(const PipelineProblem& problem, const ScheduleOrder& order) {
-  const int num_devices = problem.layout.num_devices;
+  const int num_devices = problem.num_sim_devices();
   const int stages = problem.num_stages();
   const int m = problem.num_microbatches();
   if (static_cast<int>(order.device_ops.size()) != num_devices) {
@@ -49,10 +49,10 @@ void Simulator::check_order(const PipelineProblem& problem, const ScheduleOrder&
                         "), stage in [0, ", stages, ") and kind F/B/I/W, got mb ", op.mb,
                         ", stage ", op.stage, ", kind ", kind_index(op.kind)));
       }
-      if (problem.layout.device_of(op.stage) != d) {
+      if (problem.sim_device_of(op) != d) {
         throw Error(ErrorKind::InvalidArgument,
-                    cat("simulate: ", op_name(op), " must be on device ",
-                        problem.layout.device_of(op.stage), ", got device ", d));
+                    cat("simulate: ", op_name(op), " must be on device ", problem.sim_device_of(op),
+                        ", got device ", d));
       }
       if (barriers && order.op_cycle[d][i] < 0) {
         throw Error(ErrorKind::InvalidArgument,
@@ -85,7 +85,7 @@ void Simulator::check_order(const PipelineProblem& problem, const ScheduleOrder&
 
 void Simulator::compute_memory(const PipelineProblem& problem, const ScheduleOrder& order,
                                SimResult* result) const {
-  const int num_devices = problem.layout.num_devices;
+  const int num_devices = problem.num_sim_devices();
   result->peak_memory_bytes.assign(num_devices, 0);
   result->peak_op.assign(num_devices, PipelineOp{});
   result->fits_memory = true;
@@ -93,7 +93,7 @@ void Simulator::compute_memory(const PipelineProblem& problem, const ScheduleOrd
   const bool stashes = order.weight_update != WeightUpdate::PerIteration;
   const WeightVersionPlan versions = stashes ? weight_versions(order) : WeightVersionPlan{};
   for (int d = 0; d < num_devices; ++d) {
-    std::int64_t current = problem.static_bytes[d];
+    std::int64_t current = problem.static_bytes[device_of_sim_[d]];
     std::int64_t peak = current;
     PipelineOp peak_op{};
     const std::int64_t copy_bytes = problem.weight_bytes.empty() ? 0 : problem.weight_bytes[d];
@@ -131,7 +131,7 @@ void Simulator::compute_memory(const PipelineProblem& problem, const ScheduleOrd
 void Simulator::throw_blocked(const PipelineProblem& problem, const ScheduleOrder& order) const {
   const int stages = problem.num_stages();
   std::vector<std::string> blocked;
-  for (int d = 0; d < problem.layout.num_devices; ++d) {
+  for (int d = 0; d < problem.num_sim_devices(); ++d) {
     const std::size_t i = next_[d];
     if (i >= order.device_ops[d].size()) continue;
     const PipelineOp& op = order.device_ops[d][i];
@@ -158,8 +158,12 @@ void Simulator::run(const PipelineProblem& problem, const ScheduleOrder& order,
                     const SimOptions& options, SimResult* result) {
   problem.validate();
   check_order(problem, order);
+  device_of_sim_.clear();
+  for (int d = 0; d < problem.layout.num_devices; ++d) {
+    device_of_sim_.insert(device_of_sim_.end(), problem.replicas_of(d), d);
+  }
 
-  const int num_devices = problem.layout.num_devices;
+  const int num_devices = problem.num_sim_devices();
   const int stages = problem.num_stages();
   const std::size_t cells = static_cast<std::size_t>(problem.num_microbatches()) * stages;
   fwd_end_.assign(cells, kNotRun);
@@ -207,7 +211,7 @@ void Simulator::run(const PipelineProblem& problem, const ScheduleOrder& order,
   // returns its arrival time.
   auto send = [&](int from, int mb, int from_stage, int to_stage, std::int64_t bytes,
                   double send_ms, bool is_grad) {
-    const int to = problem.layout.device_of(to_stage);
+    const int to = problem.sim_device_of({mb, to_stage, OpKind::F});
     if (to == from) return send_ms;
     double& link = link_free_[static_cast<std::size_t>(from) * num_devices + to];
     const double arrive = std::max(send_ms, link) + problem.p2p_ms(bytes);

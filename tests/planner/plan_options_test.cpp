@@ -3,8 +3,11 @@
 #include "dynapipe/planner/plan_options.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <variant>
@@ -12,6 +15,7 @@
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/strings.h"
+#include "dynapipe/planner/stage_replicas.h"
 #include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe {
@@ -122,6 +126,54 @@ TEST(PlanOptions, ToPlanConfigValidatesFirst) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::NotFound);
   }
+}
+
+}  // namespace
+}  // namespace dynapipe
+
+namespace dynapipe {
+namespace {
+
+std::string replicas_error(std::string_view value, int pp) {
+  try {
+    parse_stage_replicas(value, pp);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// --replicas: counts per stage, "1" for none, or the JSON `dynapipe partition --out` writes.
+TEST(PlanOptions, ReplicasParseCountsAndPartitionFiles) {
+  EXPECT_EQ(parse_stage_replicas("2,1", 2), (std::vector<int>{2, 1}));
+  EXPECT_EQ(parse_stage_replicas("1", 3), std::vector<int>{});
+  EXPECT_EQ(parse_stage_replicas("1,1", 2), std::vector<int>{});  // no replication: stored as none
+  EXPECT_EQ(replicas_error("2,1,1", 2),
+            "--replicas must have one count per stage (--pp 2), got 3 (2,1,1)");
+  EXPECT_EQ(replicas_error("2,0", 2),
+            "--replicas must be comma-separated integers in [1, 1024] or a partition JSON file, "
+            "got \"2,0\"");
+  EXPECT_EQ(replicas_error("2,,1", 3),
+            "--replicas must be comma-separated integers in [1, 1024] or a partition JSON file, "
+            "got \"2,,1\"");
+  const auto file =
+      std::filesystem::temp_directory_path() / cat("dynapipe_replicas_", ::getpid(), ".json");
+  {
+    std::ofstream out(file);
+    out << R"({"time_per_stage": 0.5, "stages": [{"replicas": 3, "states": [0, 2]},)"
+        << R"( {"replicas": 1, "states": [2, 4]}]})";
+  }
+  EXPECT_EQ(parse_stage_replicas(file.string(), 2), (std::vector<int>{3, 1}));
+  EXPECT_NE(replicas_error(file.string(), 3)
+                .find("--replicas must have one count per stage (--pp 3), got 2 "
+                      "stages in "),
+            std::string::npos);
+  std::filesystem::remove(file);
+  PlanOptions options;
+  options.pp = 2;
+  options.partition = "uniform";
+  options.replicas = "1,2";
+  EXPECT_EQ(to_plan_config(options).stage_replicas, (std::vector<int>{1, 2}));
 }
 
 }  // namespace

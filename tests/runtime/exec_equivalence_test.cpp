@@ -72,18 +72,25 @@ TrainOptions train_options(const PlanConfig& config) {
 }
 
 // Summary of the planned, pipelined, data-parallel run (ranks as threads).
+// With replicated stages each stage's group holds its replicas x stage-replicas.
 TrainSummary pipelined_run(const TrainOptions& options) {
-  const int pp = options.plan.pp, dp = options.plan.dp, world = pp * dp;
+  const RankLayout ranks = rank_layout_of(options.plan);
+  const int world = ranks.world_size();
   auto pipe = make_local_communicators(world);
   std::vector<std::vector<std::unique_ptr<Communicator>>> dp_groups;
-  for (int d = 0; d < pp; ++d) dp_groups.push_back(make_local_communicators(dp));
+  for (int d = 0; d < ranks.pp; ++d)
+    dp_groups.push_back(make_local_communicators(ranks.stage_group_size(d)));
   std::shared_ptr<KeyValue> kv = make_in_memory_key_value();
   TrainSummary summary;
   run_threads(world, [&](int rank) {
     PlanStore store(kv, "equivalence");
-    RankContext context{.rank = rank, .ranks = {.pp = pp, .dp = dp},
+    const int stage = ranks.stage_of(rank);
+    RankContext context{.rank = rank,
+                        .ranks = ranks,
                         .pipe = pipe[rank].get(),
-                        .dp_group = dp > 1 ? dp_groups[rank % pp][rank / pp].get() : nullptr,
+                        .dp_group = ranks.stage_group_size(stage) > 1
+                                        ? dp_groups[stage][ranks.stage_group_rank(rank)].get()
+                                        : nullptr,
                         .store = &store};
     auto s = train_rank(options, context, make_default_hooks(options, rank));
     if (rank == 0) summary = s;
@@ -268,6 +275,26 @@ TEST(EquivalenceTest, ZeroOneKeepsTheLossesExactlyAndResumes) {
   auto sharded = train_options(plan_config(ModelKind::Gpt, "dynapipe", 1, 2));
   sharded.plan.zero = 1;
   expect_resume_reproduces(sharded, 4, "zero");
+}
+
+// Replicated stages (PipeDream's hybrid): a stage's replicas take its micro-batches round
+// robin and all-reduce their gradients, so the losses are the unreplicated run's (the
+// global batch and its token-mean loss do not change), with dp 1 and 2, GPT and T5.
+TEST(EquivalenceTest, ReplicatedStagesMatchTheUnreplicatedRun) {
+  for (ModelKind kind : {ModelKind::Gpt, ModelKind::T5}) {
+    for (int dp : {1, 2}) {
+      auto options = train_options(plan_config(kind, "dynapipe", 2, dp));
+      options.steps = 4;
+      const auto unreplicated = pipelined_losses(options);
+      for (std::vector<int> replicas : {std::vector<int>{2, 1}, std::vector<int>{1, 2}}) {
+        auto replicated = options;
+        replicated.plan.stage_replicas = replicas;
+        expect_same_losses(
+            unreplicated, pipelined_losses(replicated),
+            cat(model_kind_name(kind), " dp ", dp, " --replicas ", join(replicas, ",")));
+      }
+    }
+  }
 }
 
 TEST(EquivalenceTest, GptEveryStrategyPpDpMatchesSingleProcess) { check_every_strategy(ModelKind::Gpt); }

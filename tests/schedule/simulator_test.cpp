@@ -40,6 +40,53 @@ ScheduleOrder one_f_one_b_2x2() {
   return order;
 }
 
+// Replicated stages: stage 0 (F 2 ms, B 4 ms) on two simulated devices taking micro-batches
+// round robin (0 and 2; 1 and 3), stage 1 (F 1, B 2) on one; GPipe over 4 micro-batches.
+// Stage 0's replicas overlap their work: 18 ms against 27 ms on one device, and each holds
+// two micro-batches' activations instead of four.
+TEST(SimulatorTest, ReplicatedStageRunsOnDevicesOfItsOwn) {
+  PipelineProblem p = uniform_problem(4, 2, 1.0, 2.0);
+  for (auto& per_stage : p.costs) {
+    per_stage[0].fwd_ms = 2.0;
+    per_stage[0].bwd_ms = 4.0;
+  }
+  ScheduleOrder plain;
+  plain.device_ops = {{F(0, 0), F(1, 0), F(2, 0), F(3, 0), B(0, 0), B(1, 0), B(2, 0), B(3, 0)},
+                      {F(0, 1), F(1, 1), F(2, 1), F(3, 1), B(0, 1), B(1, 1), B(2, 1), B(3, 1)}};
+  EXPECT_DOUBLE_EQ(simulate(p, plain).makespan_ms, 27.0);
+  p.stage_replicas = {2, 1};
+  ASSERT_EQ(p.num_sim_devices(), 3);
+  EXPECT_EQ(p.sim_device_of(F(3, 0)), 1);
+  EXPECT_EQ(p.sim_device_of(F(3, 1)), 2);
+  ScheduleOrder split;
+  split.device_ops = {{F(0, 0), F(2, 0), B(0, 0), B(2, 0)},
+                      {F(1, 0), F(3, 0), B(1, 0), B(3, 0)},
+                      plain.device_ops[1]};
+  SimResult r = simulate(p, split);
+  EXPECT_DOUBLE_EQ(r.makespan_ms, 18.0);
+  auto a = on_device(r, 0), b = on_device(r, 1), last = on_device(r, 2);
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  expect_timed(a[0], F(0, 0), 0, 2);
+  expect_timed(b[0], F(1, 0), 0, 2);
+  expect_timed(last[1], F(1, 1), 3, 4);
+  expect_timed(a[2], B(0, 0), 8, 12);
+  expect_timed(b[3], B(3, 0), 14, 18);
+  EXPECT_EQ(r.busy_ms, (std::vector<double>{12.0, 12.0, 12.0}));
+  EXPECT_EQ(r.peak_memory_bytes, (std::vector<std::int64_t>{210, 210, 410}));
+  for (const Transfer& t : r.transfers) {
+    EXPECT_EQ(t.from_device == 2 ? t.to_device : t.from_device, t.mb % 2);
+  }
+  // An op on another stage-replica's device is named.
+  std::swap(split.device_ops[0][0], split.device_ops[1][0]);
+  try {
+    simulate(p, split);
+    FAIL() << "F(1, 0) on device 0 accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("F(mb 1, stage 0) must be on device 1, got device 0"));
+  }
+}
+
 TEST(SimulatorTest, TinyOneFOneBTimelineWithoutCommunication) {
   PipelineProblem p = uniform_problem(2, 2, 1.0, 2.0);
   SimResult r = simulate(p, one_f_one_b_2x2());

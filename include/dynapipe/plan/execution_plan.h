@@ -9,6 +9,7 @@
 
 #include "dynapipe/core/microbatch.h"
 #include "dynapipe/core/model_kind.h"
+#include "dynapipe/core/rank_layout.h"
 #include "dynapipe/core/sample.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/cost/model_spec.h"
@@ -46,8 +47,17 @@ struct PlanConfig {
   // The layers of each of the pp stages (cost model and stage models both read it); empty:
   // assign_layers_uniform(model, pp). `--partition balanced|joint` fills it (docs/partition.md).
   std::vector<StageLayers> stage_layers;
+  // [stage] ranks that run each of the pp stages (PipeDream's replicated stages, each
+  // >= 1; `--replicas` or `--replicas-from`); empty: 1 each. World size = tp · dp · Σ.
+  std::vector<int> stage_replicas;
   friend bool operator==(const PlanConfig&, const PlanConfig&) = default;
 };
+
+// The job's ranks as the configuration lays them out (tp, pp, dp, stage replicas).
+inline RankLayout rank_layout_of(const PlanConfig& config) {
+  return RankLayout{
+      .tp = config.tp, .pp = config.pp, .dp = config.dp, .stage_replicas = config.stage_replicas};
+}
 
 struct MicroBatchEstimate {
   std::vector<double> fwd_ms;                  // [stage]

@@ -85,9 +85,12 @@ struct Instruction {
 std::string to_string(const Instruction& instruction);
 
 struct ExecutorProgram {
-  int rank = 0;     // global executor rank = replica * pp + device
+  int rank = 0;     // global executor rank (RankLayout::rank_of(replica, device, stage_replica))
   int device = 0;   // position in the pipeline (0 .. pp-1)
   int replica = 0;  // data-parallel replica
+  // Which of the stage's replicated ranks this is (0 .. r-1; docs/plan-format.md,
+  // "Replicated stages"): it runs the replica's micro-batches m with m mod r == stage_replica.
+  int stage_replica = 0;
   std::vector<Instruction> instructions;
   friend bool operator==(const ExecutorProgram&, const ExecutorProgram&) = default;
 };

@@ -14,7 +14,8 @@
 //   - Between an ordered pair (sender, receiver) the k-th send matches the k-th receive;
 //     both must agree on kind (activation/grad), mb, shape, and stages (receiver stage =
 //     sender stage + 1 for activations, - 1 for gradients).
-//   - ReduceGrads is a collective over the executors given that share a device.
+//   - ReduceGrads is a collective over the executors given that share a device (every
+//     replica and stage-replica of it).
 //   - Compute never blocks: its inputs must already be complete when it runs.
 //   - Weight versions (a program with any `version`, asynchronous schedules): Forward and
 //     Backward run on the current version or a stashed one, a Backward on its Forward's;
@@ -37,6 +38,10 @@ namespace dynapipe {
 struct VerifyOptions {
   PipelineLayout layout;     // stage -> device; required
   int num_microbatches = 0;  // per replica; every (mb, stage) must run. >= 1
+  // [device] replication of each pipeline stage (replicate_stages.h); empty = 1 each. An
+  // executor of stage-replica a of a device with r replicas runs exactly the micro-batches
+  // m with m mod r == a, and its rank is RankLayout::rank_of(replica, device, a).
+  std::vector<int> stage_replicas;
   // Kind of the Error thrown on a bad plan. Internal (default) for plans the planner
   // just made; InvalidArgument for plans read from a file or a store.
   ErrorKind error_kind = ErrorKind::Internal;

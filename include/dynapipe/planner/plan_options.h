@@ -44,6 +44,9 @@ struct PlanOptions {
   // Layers over the pp stages: uniform, balanced or joint (planner/layer_partition.h);
   // to_plan_config() resolves it into PlanConfig::stage_layers (joint reads the samples).
   std::string partition = "balanced";
+  // Ranks per stage: "R0,R1,..." (one per stage), "1" (none replicated) or a `dynapipe
+  // partition --out` JSON file; to_plan_config() resolves it into PlanConfig::stage_replicas.
+  std::string replicas = "1";
   // 1: pipedream's vertical sync (the first stage's weight version travels with the
   // activations); a flag on the command line, 0 or 1 in Python.
   std::int64_t vertical_sync = 0;

@@ -61,8 +61,18 @@ struct PipelineProblem {
   std::int64_t memory_limit_bytes = 0;        // per device; 0 = unlimited
   double link_latency_ms = 0;                 // p2p time = latency + bytes / bandwidth
   double link_bandwidth_gbs = 0;              // 0 = communication is free
+  // [device] replicated stages (PipeDream's hybrid; chunks must be 1): device d runs on
+  // stage_replicas[d] devices of its own, micro-batch mb on the (mb mod r)-th. Empty: 1
+  // each. The simulator then takes one op list per such device (num_sim_devices(), in
+  // order: device 0's, then device 1's, ...), each with memory of its own.
+  std::vector<int> stage_replicas;
   int num_microbatches() const { return static_cast<int>(costs.size()); }
   int num_stages() const { return layout.num_stages(); }
+  int replicas_of(int device) const { return stage_replicas.empty() ? 1 : stage_replicas[device]; }
+  // Devices the simulator runs: Σ replicas_of(d) (num_devices without replication).
+  int num_sim_devices() const;
+  // The simulated device that runs `op`: the first of its device's replicas + op.mb mod r.
+  int sim_device_of(const PipelineOp& op) const;
   // latency + bytes / bandwidth (bandwidth in GB/s = 1e9 bytes/s); 0 when the
   // bandwidth is 0 (communication is free).
   double p2p_ms(std::int64_t bytes) const;

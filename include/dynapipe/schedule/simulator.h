@@ -20,6 +20,9 @@
 //    W frees stored_bytes (conservative: W still needs the layer inputs, and we keep
 //    the whole activation until then). Received-but-unconsumed messages are not
 //    counted. The peak depends only on each device's order, not on timing.
+//  * Replicated stages (PipelineProblem::stage_replicas): each stage-replica is a device
+//    of its own (own op list, compute stream, links and memory, static bytes of its
+//    stage); "device" in the results means these simulated devices.
 //  * Asynchronous orders (ScheduleOrder::weight_update) also hold their stashed weight
 //    versions (weight_versions.h), each PipelineProblem::weight_bytes of the device: during
 //    an op, the versions stashed before it; right after a stash, one more.
@@ -86,6 +89,7 @@ class Simulator {
   std::vector<int> cycle_left_;        // [cycle] ops not yet run
   std::vector<double> cycle_end_;      // [cycle] latest end of its ops
   std::vector<double> barrier_ms_;     // [cycle] latest end over all earlier cycles
+  std::vector<int> device_of_sim_;     // [simulated device] its pipeline device
 };
 
 // One-shot convenience over Simulator::run.

@@ -94,6 +94,9 @@ void validate_program(const ExecutorProgram& program, const ReplicaPlan& replica
     fail(cat("program device must be ", ranks.stage_of(config.rank), ", got ", program.device));
   if (program.replica != ranks.replica_of(config.rank))
     fail(cat("program replica must be ", ranks.replica_of(config.rank), ", got ", program.replica));
+  if (program.stage_replica != ranks.stage_replica_of(config.rank))
+    fail(cat("program stage_replica must be ", ranks.stage_replica_of(config.rank), ", got ",
+             program.stage_replica));
   std::set<int> mb_ids;
   for (const auto& mb : replica.microbatches) mb_ids.insert(mb.id);
   // Outstanding Starts per (op, peer) with their micro-batch ids, to match Finishes.
@@ -107,6 +110,10 @@ void validate_program(const ExecutorProgram& program, const ReplicaPlan& replica
       at(cat("mb must be one of this replica's ", mb_ids.size(), " micro-batch ids, got ", in.mb));
     if (!needs_mb && in.mb >= 0 && !mb_ids.count(in.mb))
       at(cat("mb must be a micro-batch id of this replica or -1, got ", in.mb));
+    if (needs_mb && ranks.stage_replica_of_mb(program.device, in.mb) != program.stage_replica)
+      at(cat("mb ", in.mb, " must run on stage-replica ",
+             ranks.stage_replica_of_mb(program.device, in.mb),
+             " (round robin), this is stage-replica ", program.stage_replica));
     if (in.buffer < -1) at(cat("buffer must be >= -1, got ", in.buffer));
     if ((in.op == Op::Forward || in.op == Op::Backward || in.op == Op::BackwardInput ||
          in.op == Op::BackwardWeight) &&

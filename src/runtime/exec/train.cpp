@@ -243,10 +243,10 @@ const ExecutorProgram& program_of(const IterationPlan& plan, const RankContext& 
   if (static_cast<int>(plan.replicas.size()) != c.ranks.dp)
     throw Error(ErrorKind::ParseError, cat(where, "plan must have ", c.ranks.dp, " replicas, got ", plan.replicas.size()));
   const auto& replica = plan.replicas[c.ranks.replica_of(c.rank)];
-  if (static_cast<int>(replica.executors.size()) != c.ranks.pp)
-    throw Error(ErrorKind::ParseError,
-                cat(where, "replica must have ", c.ranks.pp, " executors, got ", replica.executors.size()));
-  return replica.executors[c.ranks.stage_of(c.rank)];
+  if (static_cast<int>(replica.executors.size()) != c.ranks.ranks_per_replica())
+    throw Error(ErrorKind::ParseError, cat(where, "replica must have ", c.ranks.ranks_per_replica(),
+                                           " executors, got ", replica.executors.size()));
+  return replica.executors[c.ranks.local_index_of(c.rank)];
 }
 
 }  // namespace
@@ -412,11 +412,16 @@ GlooDevice gloo_device_for(const DistributedEnv& env) {
 
 TrainSummary run_rank_process(const TrainOptions& options, const DistributedEnv& env,
                               const HooksFactory& make_hooks) {
-  const RankLayout ranks{.pp = options.plan.pp, .dp = options.plan.dp};
+  const RankLayout ranks = rank_layout_of(options.plan);
   const int world = ranks.world_size();
-  if (env.world_size != world)
-    throw Error(ErrorKind::InvalidArgument,
-                cat("WORLD_SIZE must be --pp x --dp = ", world, ", got ", env.world_size));
+  if (env.world_size != world) {
+    throw Error(
+        ErrorKind::InvalidArgument,
+        ranks.stage_replicas.empty()
+            ? cat("WORLD_SIZE must be --pp x --dp = ", world, ", got ", env.world_size)
+            : cat("WORLD_SIZE must be --dp x the sum of --replicas = ", ranks.dp, " x (",
+                  join(ranks.stage_replicas, " + "), ") = ", world, ", got ", env.world_size));
+  }
   at::set_num_threads(options.threads_per_rank);
   auto store_timeout = seconds_to_ms(options.store_timeout_s);
   auto comm_timeout = seconds_to_ms(options.comm_timeout_s);
@@ -438,9 +443,12 @@ TrainSummary run_rank_process(const TrainOptions& options, const DistributedEnv&
   std::unique_ptr<Communicator> pipe, dp_group;
   if (world > 1) pipe = make_gloo_communicator(store, run_id + "/pipe", env.rank, world, comm_timeout, device);
   else pipe = std::move(make_local_communicators(1)[0]);
-  if (ranks.dp > 1)
-    dp_group = make_gloo_communicator(store, cat(run_id, "/dp", ranks.stage_of(env.rank)),
-                                      ranks.replica_of(env.rank), ranks.dp, comm_timeout, device);
+  // The ranks holding this rank's stage (every replica and stage-replica) reduce its gradients.
+  const int stage = ranks.stage_of(env.rank);
+  if (ranks.stage_group_size(stage) > 1)
+    dp_group =
+        make_gloo_communicator(store, cat(run_id, "/dp", stage), ranks.stage_group_rank(env.rank),
+                               ranks.stage_group_size(stage), comm_timeout, device);
   auto hooks = make_hooks(options, env.rank);
   RankContext context{.rank = env.rank, .ranks = ranks,
                       .pipe = pipe.get(), .dp_group = dp_group.get(), .store = plan_store.get()};
@@ -459,7 +467,7 @@ TrainSummary run_training(const TrainOptions& options) {
     }
     return summary;
   }
-  const int world = RankLayout{.pp = options.plan.pp, .dp = options.plan.dp}.world_size();
+  const int world = rank_layout_of(options.plan).world_size();
   if (world == 1) {
     // Nothing to launch: this process is the job (and reports bad input as it builds it).
     auto summary = run_rank_process(options, DistributedEnv{.rank = 0, .world_size = 1, .master_port = pick_free_port()},

@@ -46,9 +46,10 @@ struct TrainHooks {
 
 struct RankContext {
   int rank = 0;
-  RankLayout ranks;  // pp stages x dp replicas
+  RankLayout ranks;  // pp stages (each replicated stage_replicas ways) x dp replicas
   Communicator* pipe = nullptr;      // all ranks; peers are global ranks
-  Communicator* dp_group = nullptr;  // this device's replicas; nullptr when dp == 1
+  // Every rank of this stage (replicas x stage-replicas); nullptr when this rank is alone.
+  Communicator* dp_group = nullptr;
   PlanStore* store = nullptr;
 };
 
