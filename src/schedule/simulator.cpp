@@ -154,18 +154,14 @@ void Simulator::throw_blocked(const PipelineProblem& problem, const ScheduleOrde
                   join(blocked, "; ")));
 }
 
-void Simulator::run(const PipelineProblem& problem, const ScheduleOrder& order,
-                    const SimOptions& options, SimResult* result) {
-  problem.validate();
-  check_order(problem, order);
+void Simulator::reset(const PipelineProblem& problem, const ScheduleOrder& order) {
   device_of_sim_.clear();
   for (int d = 0; d < problem.layout.num_devices; ++d) {
     device_of_sim_.insert(device_of_sim_.end(), problem.replicas_of(d), d);
   }
-
   const int num_devices = problem.num_sim_devices();
-  const int stages = problem.num_stages();
-  const std::size_t cells = static_cast<std::size_t>(problem.num_microbatches()) * stages;
+  const std::size_t cells =
+      static_cast<std::size_t>(problem.num_microbatches()) * problem.num_stages();
   fwd_end_.assign(cells, kNotRun);
   act_arrive_.assign(cells, kNotRun);
   bwd_end_.assign(cells, kNotRun);
@@ -177,142 +173,165 @@ void Simulator::run(const PipelineProblem& problem, const ScheduleOrder& order,
   worklist_.resize(num_devices);
   for (int d = 0; d < num_devices; ++d) worklist_[d] = num_devices - 1 - d;
 
-  const bool barriers = !order.op_cycle.empty();
-  std::size_t done_cycles = 0;  // cycles [0, done_cycles) have all ended
-  if (barriers) {
-    int num_cycles = 0;
-    for (const auto& cycles : order.op_cycle) {
-      for (int c : cycles) num_cycles = std::max(num_cycles, c + 1);
-    }
-    cycle_left_.assign(num_cycles, 0);
-    cycle_end_.assign(num_cycles, 0.0);
-    barrier_ms_.assign(num_cycles + 1, 0.0);
-    for (const auto& cycles : order.op_cycle) {
-      for (int c : cycles) ++cycle_left_[c];
-    }
-    while (done_cycles < cycle_left_.size() && cycle_left_[done_cycles] == 0) ++done_cycles;
+  done_cycles_ = 0;
+  if (order.op_cycle.empty()) return;
+  int num_cycles = 0;
+  for (const auto& cycles : order.op_cycle) {
+    for (int c : cycles) num_cycles = std::max(num_cycles, c + 1);
   }
+  cycle_left_.assign(num_cycles, 0);
+  cycle_end_.assign(num_cycles, 0.0);
+  barrier_ms_.assign(num_cycles + 1, 0.0);
+  for (const auto& cycles : order.op_cycle) {
+    for (int c : cycles) ++cycle_left_[c];
+  }
+  while (done_cycles_ < cycle_left_.size() && cycle_left_[done_cycles_] == 0) ++done_cycles_;
+}
+
+// The per-op passes below are `inline` (used only in this file): the quick schedule
+// searches run them millions of times, and out-of-line calls cost ~5% of a T5 plan.
+inline void Simulator::wake(int device) {
+  if (!queued_[device]) {
+    queued_[device] = 1;
+    worklist_.push_back(device);
+  }
+}
+
+inline double Simulator::ready_ms(const Run& run, int d, std::size_t i) const {
+  const PipelineOp& op = run.order.device_ops[d][i];
+  const int stages = run.stages;
+  const std::size_t k = static_cast<std::size_t>(op.mb) * stages + op.stage;
+  double ready = 0;
+  if (op.kind == OpKind::F) {
+    if (op.stage > 0) {
+      if (fwd_end_[k - 1] < 0) return kNotRun;
+      ready = act_arrive_[k - 1];
+    }
+  } else if (op.kind == OpKind::W) {
+    if (bwd_end_[k] < 0) return kNotRun;
+    ready = bwd_end_[k];
+  } else {
+    if (fwd_end_[k] < 0) return kNotRun;
+    ready = fwd_end_[k];
+    if (op.stage + 1 < stages) {
+      if (bwd_end_[k + 1] < 0) return kNotRun;
+      ready = std::max(ready, grad_arrive_[k + 1]);
+    }
+  }
+  if (!run.order.op_cycle.empty()) {
+    const int cycle = run.order.op_cycle[d][i];
+    if (static_cast<std::size_t>(cycle) > done_cycles_) return kNotRun;
+    ready = std::max(ready, barrier_ms_[cycle]);
+  }
+  return ready;
+}
+
+inline double Simulator::send(const Run& run, int from, int mb, int from_stage, int to_stage,
+                       std::int64_t bytes, double send_ms, bool is_grad) {
+  const int to = run.problem.sim_device_of({mb, to_stage, OpKind::F});
+  if (to == from) return send_ms;
+  const std::size_t num_devices = device_free_.size();
+  double& link = link_free_[static_cast<std::size_t>(from) * num_devices + to];
+  const double arrive = std::max(send_ms, link) + run.problem.p2p_ms(bytes);
+  link = arrive;
+  if (run.options.record) {
+    run.result->transfers.push_back(
+        Transfer{mb, from_stage, to_stage, from, to, is_grad, bytes, send_ms, arrive});
+  }
+  wake(to);
+  return arrive;
+}
+
+inline void Simulator::finish(const Run& run, int d, const PipelineOp& op, double end) {
+  const int stages = run.stages;
+  const std::size_t k = static_cast<std::size_t>(op.mb) * stages + op.stage;
+  if (op.kind == OpKind::F) {
+    fwd_end_[k] = end;
+    if (op.stage + 1 < stages) {
+      const std::int64_t bytes = run.problem.costs[op.mb][op.stage].output_bytes;
+      act_arrive_[k] = send(run, d, op.mb, op.stage, op.stage + 1, bytes, end, false);
+    }
+  } else if (is_backward(op.kind)) {
+    bwd_end_[k] = end;
+    if (op.stage > 0) {
+      // The gradient w.r.t. stage s-1's output has that output's size.
+      const std::int64_t bytes = run.problem.costs[op.mb][op.stage - 1].output_bytes;
+      grad_arrive_[k] = send(run, d, op.mb, op.stage, op.stage - 1, bytes, end, true);
+    }
+  }
+}
+
+inline void Simulator::end_op_of_cycle(int cycle, double end) {
+  cycle_end_[cycle] = std::max(cycle_end_[cycle], end);
+  if (--cycle_left_[cycle] != 0 || static_cast<std::size_t>(cycle) != done_cycles_) return;
+  while (done_cycles_ < cycle_left_.size() && cycle_left_[done_cycles_] == 0) {
+    barrier_ms_[done_cycles_ + 1] = std::max(barrier_ms_[done_cycles_], cycle_end_[done_cycles_]);
+    ++done_cycles_;
+  }
+  for (int other = 0; other < static_cast<int>(queued_.size()); ++other) wake(other);
+}
+
+// Runs each woken device's ops in order for as long as their inputs are there; returns
+// how many ops ran (all of them unless the order deadlocks).
+std::size_t Simulator::run_ops(const Run& run) {
+  const bool barriers = !run.order.op_cycle.empty();
+  std::size_t ops_run = 0;
+  double makespan = 0;
+  while (!worklist_.empty()) {
+    const int d = worklist_.back();
+    worklist_.pop_back();
+    queued_[d] = 0;
+    const auto& ops = run.order.device_ops[d];
+    for (std::size_t& i = next_[d]; i < ops.size(); ++i, ++ops_run) {
+      const double ready = ready_ms(run, d, i);
+      if (ready < 0) break;
+      const PipelineOp& op = ops[i];
+      const double start = std::max(device_free_[d], ready);
+      const double end = start + run.problem.op_ms(op);
+      device_free_[d] = end;
+      run.result->busy_ms[d] += end - start;
+      makespan = std::max(makespan, end);
+      if (run.options.record) run.result->timeline.push_back(TimedOp{op, d, start, end});
+      finish(run, d, op, end);
+      if (barriers) end_op_of_cycle(run.order.op_cycle[d][i], end);
+    }
+  }
+  run.result->makespan_ms = makespan;
+  return ops_run;
+}
+
+void Simulator::run(const PipelineProblem& problem, const ScheduleOrder& order,
+                    const SimOptions& options, SimResult* result) {
+  problem.validate();
+  check_order(problem, order);
+  reset(problem, order);
 
   std::size_t total_ops = 0;
   for (const auto& ops : order.device_ops) total_ops += ops.size();
   result->timeline.clear();
   result->transfers.clear();
   if (options.record) result->timeline.reserve(total_ops);
-  result->busy_ms.assign(num_devices, 0.0);
-  double makespan = 0;
+  result->busy_ms.assign(problem.num_sim_devices(), 0.0);
 
-  auto wake = [&](int device) {
-    if (!queued_[device]) {
-      queued_[device] = 1;
-      worklist_.push_back(device);
-    }
-  };
-  // Sends a message produced at `send_ms` by (mb, from_stage) on `from` to `to_stage`;
-  // returns its arrival time.
-  auto send = [&](int from, int mb, int from_stage, int to_stage, std::int64_t bytes,
-                  double send_ms, bool is_grad) {
-    const int to = problem.sim_device_of({mb, to_stage, OpKind::F});
-    if (to == from) return send_ms;
-    double& link = link_free_[static_cast<std::size_t>(from) * num_devices + to];
-    const double arrive = std::max(send_ms, link) + problem.p2p_ms(bytes);
-    link = arrive;
-    if (options.record) {
-      result->transfers.push_back(
-          Transfer{mb, from_stage, to_stage, from, to, is_grad, bytes, send_ms, arrive});
-    }
-    wake(to);
-    return arrive;
-  };
-
-  std::size_t ops_run = 0;
-  while (!worklist_.empty()) {
-    const int d = worklist_.back();
-    worklist_.pop_back();
-    queued_[d] = 0;
-    const auto& ops = order.device_ops[d];
-    std::size_t& i = next_[d];
-    while (i < ops.size()) {
-      const PipelineOp& op = ops[i];
-      const std::size_t k = static_cast<std::size_t>(op.mb) * stages + op.stage;
-      double ready = 0;
-      if (op.kind == OpKind::F) {
-        if (op.stage > 0) {
-          if (fwd_end_[k - 1] < 0) break;
-          ready = act_arrive_[k - 1];
-        }
-      } else if (op.kind == OpKind::W) {
-        if (bwd_end_[k] < 0) break;
-        ready = bwd_end_[k];
-      } else {
-        if (fwd_end_[k] < 0) break;
-        ready = fwd_end_[k];
-        if (op.stage + 1 < stages) {
-          if (bwd_end_[k + 1] < 0) break;
-          ready = std::max(ready, grad_arrive_[k + 1]);
-        }
-      }
-      int cycle = 0;
-      if (barriers) {
-        cycle = order.op_cycle[d][i];
-        if (static_cast<std::size_t>(cycle) > done_cycles) break;
-        ready = std::max(ready, barrier_ms_[cycle]);
-      }
-
-      const double start = std::max(device_free_[d], ready);
-      const double end = start + problem.op_ms(op);
-      device_free_[d] = end;
-      result->busy_ms[d] += end - start;
-      makespan = std::max(makespan, end);
-      if (options.record) result->timeline.push_back(TimedOp{op, d, start, end});
-
-      const StageCost& cost = problem.costs[op.mb][op.stage];
-      if (op.kind == OpKind::F) {
-        fwd_end_[k] = end;
-        if (op.stage + 1 < stages) {
-          act_arrive_[k] = send(d, op.mb, op.stage, op.stage + 1, cost.output_bytes, end, false);
-        }
-      } else if (is_backward(op.kind)) {
-        bwd_end_[k] = end;
-        if (op.stage > 0) {
-          // The gradient w.r.t. stage s-1's output has that output's size.
-          const std::int64_t bytes = problem.costs[op.mb][op.stage - 1].output_bytes;
-          grad_arrive_[k] = send(d, op.mb, op.stage, op.stage - 1, bytes, end, true);
-        }
-      }
-      ++i;
-      ++ops_run;
-
-      if (barriers) {
-        cycle_end_[cycle] = std::max(cycle_end_[cycle], end);
-        if (--cycle_left_[cycle] == 0 && static_cast<std::size_t>(cycle) == done_cycles) {
-          while (done_cycles < cycle_left_.size() && cycle_left_[done_cycles] == 0) {
-            barrier_ms_[done_cycles + 1] =
-                std::max(barrier_ms_[done_cycles], cycle_end_[done_cycles]);
-            ++done_cycles;
-          }
-          for (int other = 0; other < num_devices; ++other) wake(other);
-        }
-      }
-    }
-  }
-  if (ops_run != total_ops) throw_blocked(problem, order);
-
-  result->makespan_ms = makespan;
+  const Run run{problem, order, options, result, problem.num_stages()};
+  if (run_ops(run) != total_ops) throw_blocked(problem, order);
   compute_memory(problem, order, result);
-  if (options.record) {
-    std::sort(result->timeline.begin(), result->timeline.end(),
-              [](const TimedOp& a, const TimedOp& b) {
-                if (a.start_ms != b.start_ms) return a.start_ms < b.start_ms;
-                if (a.device != b.device) return a.device < b.device;
-                return a.end_ms < b.end_ms;
-              });
-    std::stable_sort(result->transfers.begin(), result->transfers.end(),
-                     [](const Transfer& a, const Transfer& b) {
-                       if (a.send_ms != b.send_ms) return a.send_ms < b.send_ms;
-                       if (a.from_device != b.from_device) return a.from_device < b.from_device;
-                       return a.to_device < b.to_device;
-                     });
-  }
+  if (options.record) sort_records(result);
+}
+
+void Simulator::sort_records(SimResult* result) {
+  std::sort(result->timeline.begin(), result->timeline.end(),
+            [](const TimedOp& a, const TimedOp& b) {
+              if (a.start_ms != b.start_ms) return a.start_ms < b.start_ms;
+              if (a.device != b.device) return a.device < b.device;
+              return a.end_ms < b.end_ms;
+            });
+  std::stable_sort(result->transfers.begin(), result->transfers.end(),
+                   [](const Transfer& a, const Transfer& b) {
+                     if (a.send_ms != b.send_ms) return a.send_ms < b.send_ms;
+                     if (a.from_device != b.from_device) return a.from_device < b.from_device;
+                     return a.to_device < b.to_device;
+                   });
 }
 
 SimResult simulate(const PipelineProblem& problem, const ScheduleOrder& order,

@@ -16,8 +16,8 @@
 //  * Memory of a device = static_bytes + stored_bytes of every (mb, stage) of the device
 //    whose F has run and whose backward has not freed it yet, plus, during an op, that
 //    op's peak_bytes (during F its own stored_bytes count already: they fill up while
-//    F's working memory is live). B frees stored_bytes. With the split backward, I frees nothing and
-//    W frees stored_bytes (conservative: W still needs the layer inputs, and we keep
+//    F's working memory is live). B frees stored_bytes. With the split backward, I frees
+//    nothing and W frees stored_bytes (conservative: W still needs the layer inputs, and we keep
 //    the whole activation until then). Received-but-unconsumed messages are not
 //    counted. The peak depends only on each device's order, not on timing.
 //  * Replicated stages (PipelineProblem::stage_replicas): each stage-replica is a device
@@ -76,6 +76,27 @@ class Simulator {
                       SimResult* result) const;
   [[noreturn]] void throw_blocked(const PipelineProblem& problem, const ScheduleOrder& order) const;
 
+  // The passes of run(): reset the state, run the ops event by event, sort the records.
+  struct Run {
+    const PipelineProblem& problem;
+    const ScheduleOrder& order;
+    const SimOptions& options;
+    SimResult* result;
+    int stages;  // problem.num_stages(), read per op
+  };
+  void reset(const PipelineProblem& problem, const ScheduleOrder& order);
+  std::size_t run_ops(const Run& run);
+  // When op i of device d may start (its inputs and its cycle's barrier), or < 0 if not yet.
+  double ready_ms(const Run& run, int d, std::size_t i) const;
+  // Records the op's end and sends its activation or gradient on.
+  void finish(const Run& run, int d, const PipelineOp& op, double end);
+  // A message from (mb, from_stage) on device `from`, sent at send_ms; returns its arrival.
+  double send(const Run& run, int from, int mb, int from_stage, int to_stage, std::int64_t bytes,
+              double send_ms, bool is_grad);
+  void end_op_of_cycle(int cycle, double end);
+  void wake(int device);
+  static void sort_records(SimResult* result);
+
   std::vector<std::uint8_t> seen_;     // [(mb * S + s) * 4 + kind]
   std::vector<double> fwd_end_;        // [mb * S + s], < 0 = not run yet
   std::vector<double> act_arrive_;     // [mb * S + s] activation of F(mb,s) at stage s+1
@@ -90,6 +111,7 @@ class Simulator {
   std::vector<double> cycle_end_;      // [cycle] latest end of its ops
   std::vector<double> barrier_ms_;     // [cycle] latest end over all earlier cycles
   std::vector<int> device_of_sim_;     // [simulated device] its pipeline device
+  std::size_t done_cycles_ = 0;        // cycles [0, done_cycles_) have all ended
 };
 
 // One-shot convenience over Simulator::run.
