@@ -100,6 +100,13 @@ class Replay {
   void run_executor(int e);
   // Executes executors_[e]'s current instruction; false if it must wait.
   bool step(int e);
+  bool step_compute(int e, const Instruction& in);
+  bool step_comm_start(int e, const Instruction& in);
+  bool step_comm_finish(int e, const Instruction& in);
+  bool step_free_buffer(int e, const Instruction& in);
+  bool step_stash_weights(int e, const Instruction& in);
+  bool step_free_weights(int e, const Instruction& in);
+  bool step_reduce_or_update(int e, const Instruction& in);
   void check_fields(int e, const Instruction& in);
   std::int64_t shape_bytes(int e, const std::vector<std::int64_t>& shape) const;
   BufferState& buffer(int e, int id, const char* role);
@@ -370,233 +377,264 @@ bool Replay::step(int e) {
   Executor& x = executors_[e];
   const Instruction& in = x.program->instructions[x.pc];
   check_fields(e, in);
+  switch (in.op) {
+    case InstructionOp::LoadInput:
+      if (in.buffer < 0) fail_at(e, "LoadInput must name the buffer it fills, got none");
+      write_buffer(e, in.buffer, {.origin = Origin::Input, .mb = in.mb, .stage = in.stage});
+      return true;
+    case InstructionOp::Forward:
+    case InstructionOp::Backward:
+    case InstructionOp::BackwardInput:
+    case InstructionOp::BackwardWeight: return step_compute(e, in);
+    case InstructionOp::SendActivationStart:
+    case InstructionOp::SendGradStart:
+    case InstructionOp::RecvActivationStart:
+    case InstructionOp::RecvGradStart: return step_comm_start(e, in);
+    case InstructionOp::SendActivationFinish:
+    case InstructionOp::SendGradFinish:
+    case InstructionOp::RecvActivationFinish:
+    case InstructionOp::RecvGradFinish: return step_comm_finish(e, in);
+    case InstructionOp::FreeBuffer: return step_free_buffer(e, in);
+    case InstructionOp::StashWeights: return step_stash_weights(e, in);
+    case InstructionOp::FreeWeights: return step_free_weights(e, in);
+    case InstructionOp::OptimizerStep:
+    case InstructionOp::ReduceGrads: return step_reduce_or_update(e, in);
+  }
+  fail_at(e, cat("op must be a known instruction op, got ", static_cast<int>(in.op)));
+}
+
+// Forward / backward: run once, in order, on complete inputs of the right (mb, stage),
+// on a weight version that is still held.
+bool Replay::step_compute(int e, const Instruction& in) {
+  Executor& x = executors_[e];
   const int stages = options_.layout.num_stages();
   const InstructionOp op = in.op;
   auto stored = [&](int mb, int stage) {
     return options_.stored_bytes.empty() ? 0 : options_.stored_bytes[mb][stage];
   };
-  switch (op) {
-    case InstructionOp::LoadInput: {
-      if (in.buffer < 0) fail_at(e, "LoadInput must name the buffer it fills, got none");
-      write_buffer(e, in.buffer, {.origin = Origin::Input, .mb = in.mb, .stage = in.stage});
-      return true;
+  std::uint8_t& done = x.done[done_index(in.mb, in.stage)];
+  const bool forward = op == InstructionOp::Forward;
+  if (forward && (done & kF)) fail_at(e, "the forward of this (mb, stage) must run once, got twice");
+  if (!forward && !(done & kF)) fail_at(e, "a backward must run after its forward, got no forward yet");
+  if (op == InstructionOp::Backward && (done & (kB | kI))) fail_at(e, "backward must run once, got twice");
+  if (op == InstructionOp::BackwardInput && (done & (kB | kI))) {
+    fail_at(e, "BackwardInput must run once and not with Backward, got twice");
+  }
+  if (op == InstructionOp::BackwardWeight && (!(done & kI) || (done & kW))) {
+    fail_at(e, "BackwardWeight must run once, after its BackwardInput");
+  }
+  if (op == InstructionOp::BackwardWeight && !in.inputs.empty()) {
+    fail_at(e, "BackwardWeight must read no buffers");
+  }
+  // Inputs: complete, for this (mb, stage), of the right kind.
+  bool has_main = false;  // stage 0 forward: a loaded input; else the activation / gradient
+  for (int id : in.inputs) {
+    BufferState& b = buffer(e, id, "input");
+    if (b.phase != BufferState::Phase::Ready) {
+      fail_at(e, cat("input buffer ", id, " must be complete, got a receive not yet finished"));
     }
-    case InstructionOp::Forward:
-    case InstructionOp::Backward:
-    case InstructionOp::BackwardInput:
-    case InstructionOp::BackwardWeight: {
-      std::uint8_t& done = x.done[done_index(in.mb, in.stage)];
-      const bool forward = op == InstructionOp::Forward;
-      if (forward && (done & kF)) fail_at(e, "the forward of this (mb, stage) must run once, got twice");
-      if (!forward && !(done & kF)) fail_at(e, "a backward must run after its forward, got no forward yet");
-      if (op == InstructionOp::Backward && (done & (kB | kI))) fail_at(e, "backward must run once, got twice");
-      if (op == InstructionOp::BackwardInput && (done & (kB | kI))) {
-        fail_at(e, "BackwardInput must run once and not with Backward, got twice");
-      }
-      if (op == InstructionOp::BackwardWeight && (!(done & kI) || (done & kW))) {
-        fail_at(e, "BackwardWeight must run once, after its BackwardInput");
-      }
-      if (op == InstructionOp::BackwardWeight && !in.inputs.empty()) {
-        fail_at(e, "BackwardWeight must read no buffers");
-      }
-      // Inputs: complete, for this (mb, stage), of the right kind.
-      bool has_main = false;  // stage 0 forward: a loaded input; else the activation / gradient
-      for (int id : in.inputs) {
-        BufferState& b = buffer(e, id, "input");
-        if (b.phase != BufferState::Phase::Ready) {
-          fail_at(e, cat("input buffer ", id, " must be complete, got a receive not yet finished"));
-        }
-        bool fits = b.mb == in.mb && b.stage == in.stage &&
-                    (forward ? b.origin != Origin::Grad : b.origin == Origin::Grad);
-        if (!fits) {
-          fail_at(e, cat("input buffer ", id, " must hold ", forward ? "an input or activation" : "a gradient",
-                         " for (mb ", in.mb, ", stage ", in.stage, "), got one written by #", b.writer));
-        }
-        has_main |= forward ? (in.stage == 0 ? b.origin == Origin::Input : b.origin == Origin::Activation)
-                            : true;
-      }
-      bool needs_main = forward || (op != InstructionOp::BackwardWeight && in.stage + 1 < stages);
-      if (needs_main && !has_main) {
-        fail_at(e, forward ? (in.stage == 0 ? "the first stage's forward must read a LoadInput buffer"
-                                            : "a forward must read the activation of the previous stage")
-                           : "a backward must read the gradient from the next stage");
-      }
-      if (in.buffer >= 0) {
-        if (op == InstructionOp::BackwardWeight) fail_at(e, "BackwardWeight must write no buffer");
-        BufferState out{.origin = forward ? Origin::Activation : Origin::Grad,
-                        .mb = in.mb,
-                        .stage = in.stage + (forward ? 1 : -1)};
-        if (!in.shape.empty()) out.bytes = shape_bytes(e, in.shape);
-        write_buffer(e, in.buffer, out);
-      }
-      if (x.versioned) {
-        // The weights it runs on: the current version or a stashed one; a backward runs
-        // on the version of its forward (weight stashing).
-        if (in.version != x.version && !x.stashed.count(in.version)) {
-          fail_at(e, cat("weight version ", in.version, " must be the current one (", x.version,
-                         ") or stashed, got neither (freed or never stashed)"));
-        }
-        int& used = x.fwd_version[done_index(in.mb, in.stage)];
-        if (forward) used = in.version;
-        if (!forward && used != in.version) {
-          fail_at(e, cat("a backward must use its forward's weight version ", used, ", got ",
-                         in.version));
-        }
-      }
-      switch (op) {
-        case InstructionOp::Forward: done |= kF; account(e, stored(in.mb, in.stage)); break;
-        case InstructionOp::Backward: done |= kB; account(e, -stored(in.mb, in.stage)); break;
-        case InstructionOp::BackwardInput: done |= kI; break;
-        default: done |= kW; account(e, -stored(in.mb, in.stage)); break;
-      }
-      return true;
+    bool fits = b.mb == in.mb && b.stage == in.stage &&
+                (forward ? b.origin != Origin::Grad : b.origin == Origin::Grad);
+    if (!fits) {
+      fail_at(e, cat("input buffer ", id, " must hold ", forward ? "an input or activation" : "a gradient",
+                     " for (mb ", in.mb, ", stage ", in.stage, "), got one written by #", b.writer));
     }
-    case InstructionOp::SendActivationStart:
-    case InstructionOp::SendGradStart:
-    case InstructionOp::RecvActivationStart:
-    case InstructionOp::RecvGradStart: {
-      const bool grad = is_grad_comm(op);
-      const int peer = by_rank_.at(in.peer);
-      const bool send = is_send(op);
-      const std::int64_t key = send ? (static_cast<std::int64_t>(x.program->rank) << 32) +
-                                          static_cast<std::uint32_t>(in.peer)
-                                    : (static_cast<std::int64_t>(in.peer) << 32) +
-                                          static_cast<std::uint32_t>(x.program->rank);
-      Pair& pair = pairs_[key];
-      std::vector<Post>& mine = send ? pair.sends : pair.receives;
-      const std::size_t k = mine.size();
-      if (send) {
-        BufferState& b = buffer(e, in.buffer, "sent");
-        Origin want = grad ? Origin::Grad : Origin::Activation;
-        int want_stage = in.stage + (grad ? -1 : 1);
-        if (b.phase != BufferState::Phase::Ready || b.sending || b.origin != want || b.mb != in.mb ||
-            b.stage != want_stage) {
-          fail_at(e, cat("sent buffer ", in.buffer, " must be a complete, idle ", grad ? "gradient" : "activation",
-                         " output of (mb ", in.mb, ", stage ", in.stage, ")"));
-        }
-        b.sending = true;
-        b.message = static_cast<std::int64_t>(k);
-      } else {
-        write_buffer(e, in.buffer,
-                     {.phase = BufferState::Phase::Pending,
-                      .origin = grad ? Origin::Grad : Origin::Activation,
-                      .mb = in.mb,
-                      .stage = in.stage,
-                      .message = static_cast<std::int64_t>(k),
-                      .bytes = shape_bytes(e, in.shape)});
-      }
-      mine.push_back({e, static_cast<int>(x.pc)});
-      check_match(send ? e : peer, send ? peer : e, k);
-      wake(peer);
-      return true;
+    has_main |= forward ? (in.stage == 0 ? b.origin == Origin::Input : b.origin == Origin::Activation)
+                        : true;
+  }
+  bool needs_main = forward || (op != InstructionOp::BackwardWeight && in.stage + 1 < stages);
+  if (needs_main && !has_main) {
+    fail_at(e, forward ? (in.stage == 0 ? "the first stage's forward must read a LoadInput buffer"
+                                        : "a forward must read the activation of the previous stage")
+                       : "a backward must read the gradient from the next stage");
+  }
+  if (in.buffer >= 0) {
+    if (op == InstructionOp::BackwardWeight) fail_at(e, "BackwardWeight must write no buffer");
+    BufferState out{.origin = forward ? Origin::Activation : Origin::Grad,
+                    .mb = in.mb,
+                    .stage = in.stage + (forward ? 1 : -1)};
+    if (!in.shape.empty()) out.bytes = shape_bytes(e, in.shape);
+    write_buffer(e, in.buffer, out);
+  }
+  if (x.versioned) {
+    // The weights it runs on: the current version or a stashed one; a backward runs
+    // on the version of its forward (weight stashing).
+    if (in.version != x.version && !x.stashed.count(in.version)) {
+      fail_at(e, cat("weight version ", in.version, " must be the current one (", x.version,
+                     ") or stashed, got neither (freed or never stashed)"));
     }
-    case InstructionOp::SendActivationFinish:
-    case InstructionOp::SendGradFinish:
-    case InstructionOp::RecvActivationFinish:
-    case InstructionOp::RecvGradFinish: {
-      const bool send = is_send(op);
-      BufferState& b = buffer(e, in.buffer, send ? "sent" : "received");
-      bool pending = send ? b.sending : b.phase == BufferState::Phase::Pending;
-      if (!pending) fail_at(e, cat("buffer ", in.buffer, " must have a pending ", send ? "send" : "receive",
-                                   " to finish, got none"));
-      const std::int64_t key = send ? (static_cast<std::int64_t>(x.program->rank) << 32) +
-                                          static_cast<std::uint32_t>(in.peer)
-                                    : (static_cast<std::int64_t>(in.peer) << 32) +
-                                          static_cast<std::uint32_t>(x.program->rank);
-      Pair& pair = pairs_[key];
-      const std::vector<Post>& mine = send ? pair.sends : pair.receives;
-      const std::vector<Post>& theirs = send ? pair.receives : pair.sends;
-      const auto k = static_cast<std::size_t>(b.message);
-      if (b.message < 0 || k >= mine.size() || mine[k].executor != e) {
-        fail_at(e, cat("buffer ", in.buffer, " must have been posted to rank ", in.peer, " by a Start, got "
-                       "a Start to another peer"));
-      }
-      const Instruction& posted = programs_[e].instructions[mine[k].index];
-      if (comm_finish_of(posted.op) != op || posted.mb != in.mb || posted.stage != in.stage ||
-          posted.peer != in.peer || posted.shape != in.shape) {
-        fail_at(e, cat("a Finish must repeat the fields of its Start, got Start #", mine[k].index, " ",
-                       to_string(posted)));
-      }
-      if (theirs.size() <= k) {
-        x.wait_peer = by_rank_.at(in.peer);
-        x.wait_for = cat("to post ",
-                         send ? (is_grad_comm(op) ? "RecvGradStart" : "RecvActivationStart")
-                              : (is_grad_comm(op) ? "SendGradStart" : "SendActivationStart"),
-                         " (message #", k, " of the pair)");
-        return false;
-      }
-      if (send) {
-        b.sending = false;
-      } else {
-        b.phase = BufferState::Phase::Ready;
-      }
-      b.message = -1;
-      return true;
-    }
-    case InstructionOp::FreeBuffer: {
-      BufferState& b = buffer(e, in.buffer, "freed");
-      if (b.phase == BufferState::Phase::Pending || b.sending) {
-        fail_at(e, cat("buffer ", in.buffer, " must have no pending operation when freed, got a pending ",
-                       b.sending ? "send" : "receive"));
-      }
-      b.phase = BufferState::Phase::Freed;
-      account(e, -b.bytes);
-      return true;
-    }
-    case InstructionOp::StashWeights: {
-      if (in.version != x.version || x.stashed.count(in.version)) {
-        fail_at(e, cat("StashWeights must copy the current version ", x.version,
-                       " once, got version ", in.version));
-      }
-      x.stashed.insert(in.version);
-      account(e, weight_bytes(x.program->device));
-      return true;
-    }
-    case InstructionOp::FreeWeights: {
-      if (!x.stashed.erase(in.version)) {
-        fail_at(e, cat("FreeWeights must free a stashed version, got version ", in.version));
-      }
-      account(e, -weight_bytes(x.program->device));
-      return true;
-    }
-    case InstructionOp::OptimizerStep:
-      if (x.versioned) {
-        ++x.version;
-        return true;
-      }
-      [[fallthrough]];
-    case InstructionOp::ReduceGrads: {
-      for (int mb = 0; mb < options_.num_microbatches; ++mb) {
-        if (!runs_mb(x, mb)) continue;
-        for (int s = x.program->device; s < stages; s += options_.layout.num_devices) {
-          std::uint8_t done = x.done[done_index(mb, s)];
-          if (!(done & kF) || !((done & kB) || (done & kW))) {
-            fail_at(e, cat(instruction_op_name(op), " must come after every forward and backward of the "
-                           "executor, got (mb ", mb, ", stage ", s, ") not ",
-                           (done & kF) ? "backpropagated" : "run"));
-          }
-        }
-      }
-      if (op == InstructionOp::OptimizerStep) return true;
-      if (!x.reduced) {
-        x.reduced = true;
-        if (++group_arrived_[x.program->device] == group_size_[x.program->device]) {
-          for (std::size_t other = 0; other < executors_.size(); ++other) {
-            if (programs_[other].device == x.program->device) wake(static_cast<int>(other));
-          }
-        }
-      }
-      if (group_arrived_[x.program->device] < group_size_[x.program->device]) {
-        x.wait_peer = -1;
-        x.wait_for = cat("for all ", group_size_[x.program->device], " replicas of device ",
-                         x.program->device, " to reach ReduceGrads (", group_arrived_[x.program->device],
-                         " have)");
-        return false;
-      }
-      return true;
+    int& used = x.fwd_version[done_index(in.mb, in.stage)];
+    if (forward) used = in.version;
+    if (!forward && used != in.version) {
+      fail_at(e, cat("a backward must use its forward's weight version ", used, ", got ",
+                     in.version));
     }
   }
-  fail_at(e, cat("op must be a known instruction op, got ", static_cast<int>(op)));
+  switch (op) {
+    case InstructionOp::Forward: done |= kF; account(e, stored(in.mb, in.stage)); break;
+    case InstructionOp::Backward: done |= kB; account(e, -stored(in.mb, in.stage)); break;
+    case InstructionOp::BackwardInput: done |= kI; break;
+    default: done |= kW; account(e, -stored(in.mb, in.stage)); break;
+  }
+  return true;
+}
+
+// A send or receive is posted: matched with the peer's posts in order.
+bool Replay::step_comm_start(int e, const Instruction& in) {
+  Executor& x = executors_[e];
+  const InstructionOp op = in.op;
+  const bool grad = is_grad_comm(op);
+  const int peer = by_rank_.at(in.peer);
+  const bool send = is_send(op);
+  const std::int64_t key = send ? (static_cast<std::int64_t>(x.program->rank) << 32) +
+                                      static_cast<std::uint32_t>(in.peer)
+                                : (static_cast<std::int64_t>(in.peer) << 32) +
+                                      static_cast<std::uint32_t>(x.program->rank);
+  Pair& pair = pairs_[key];
+  std::vector<Post>& mine = send ? pair.sends : pair.receives;
+  const std::size_t k = mine.size();
+  if (send) {
+    BufferState& b = buffer(e, in.buffer, "sent");
+    Origin want = grad ? Origin::Grad : Origin::Activation;
+    int want_stage = in.stage + (grad ? -1 : 1);
+    if (b.phase != BufferState::Phase::Ready || b.sending || b.origin != want || b.mb != in.mb ||
+        b.stage != want_stage) {
+      fail_at(e, cat("sent buffer ", in.buffer, " must be a complete, idle ", grad ? "gradient" : "activation",
+                     " output of (mb ", in.mb, ", stage ", in.stage, ")"));
+    }
+    b.sending = true;
+    b.message = static_cast<std::int64_t>(k);
+  } else {
+    write_buffer(e, in.buffer,
+                 {.phase = BufferState::Phase::Pending,
+                  .origin = grad ? Origin::Grad : Origin::Activation,
+                  .mb = in.mb,
+                  .stage = in.stage,
+                  .message = static_cast<std::int64_t>(k),
+                  .bytes = shape_bytes(e, in.shape)});
+  }
+  mine.push_back({e, static_cast<int>(x.pc)});
+  check_match(send ? e : peer, send ? peer : e, k);
+  wake(peer);
+  return true;
+}
+
+// A send or receive completes: false (wait) until the peer has posted its side.
+bool Replay::step_comm_finish(int e, const Instruction& in) {
+  Executor& x = executors_[e];
+  const InstructionOp op = in.op;
+  const bool send = is_send(op);
+  BufferState& b = buffer(e, in.buffer, send ? "sent" : "received");
+  bool pending = send ? b.sending : b.phase == BufferState::Phase::Pending;
+  if (!pending) fail_at(e, cat("buffer ", in.buffer, " must have a pending ", send ? "send" : "receive",
+                               " to finish, got none"));
+  const std::int64_t key = send ? (static_cast<std::int64_t>(x.program->rank) << 32) +
+                                      static_cast<std::uint32_t>(in.peer)
+                                : (static_cast<std::int64_t>(in.peer) << 32) +
+                                      static_cast<std::uint32_t>(x.program->rank);
+  Pair& pair = pairs_[key];
+  const std::vector<Post>& mine = send ? pair.sends : pair.receives;
+  const std::vector<Post>& theirs = send ? pair.receives : pair.sends;
+  const auto k = static_cast<std::size_t>(b.message);
+  if (b.message < 0 || k >= mine.size() || mine[k].executor != e) {
+    fail_at(e, cat("buffer ", in.buffer, " must have been posted to rank ", in.peer, " by a Start, got "
+                   "a Start to another peer"));
+  }
+  const Instruction& posted = programs_[e].instructions[mine[k].index];
+  if (comm_finish_of(posted.op) != op || posted.mb != in.mb || posted.stage != in.stage ||
+      posted.peer != in.peer || posted.shape != in.shape) {
+    fail_at(e, cat("a Finish must repeat the fields of its Start, got Start #", mine[k].index, " ",
+                   to_string(posted)));
+  }
+  if (theirs.size() <= k) {
+    x.wait_peer = by_rank_.at(in.peer);
+    x.wait_for = cat("to post ",
+                     send ? (is_grad_comm(op) ? "RecvGradStart" : "RecvActivationStart")
+                          : (is_grad_comm(op) ? "SendGradStart" : "SendActivationStart"),
+                     " (message #", k, " of the pair)");
+    return false;
+  }
+  if (send) {
+    b.sending = false;
+  } else {
+    b.phase = BufferState::Phase::Ready;
+  }
+  b.message = -1;
+  return true;
+}
+
+// A buffer is freed: nothing may still be in flight on it.
+bool Replay::step_free_buffer(int e, const Instruction& in) {
+  BufferState& b = buffer(e, in.buffer, "freed");
+  if (b.phase == BufferState::Phase::Pending || b.sending) {
+    fail_at(e, cat("buffer ", in.buffer, " must have no pending operation when freed, got a pending ",
+                   b.sending ? "send" : "receive"));
+  }
+  b.phase = BufferState::Phase::Freed;
+  account(e, -b.bytes);
+  return true;
+}
+
+// The current weight version is copied (asynchronous schedules).
+bool Replay::step_stash_weights(int e, const Instruction& in) {
+  Executor& x = executors_[e];
+  if (in.version != x.version || x.stashed.count(in.version)) {
+    fail_at(e, cat("StashWeights must copy the current version ", x.version,
+                   " once, got version ", in.version));
+  }
+  x.stashed.insert(in.version);
+  account(e, weight_bytes(x.program->device));
+  return true;
+}
+
+// A stashed weight version is dropped.
+bool Replay::step_free_weights(int e, const Instruction& in) {
+  Executor& x = executors_[e];
+  if (!x.stashed.erase(in.version)) {
+    fail_at(e, cat("FreeWeights must free a stashed version, got version ", in.version));
+  }
+  account(e, -weight_bytes(x.program->device));
+  return true;
+}
+
+// ReduceGrads / OptimizerStep: after every F and B of the executor; ReduceGrads waits
+// for the device's whole group.
+bool Replay::step_reduce_or_update(int e, const Instruction& in) {
+  Executor& x = executors_[e];
+  const int stages = options_.layout.num_stages();
+  const InstructionOp op = in.op;
+  if (x.versioned) {
+    ++x.version;
+    return true;
+  }
+  for (int mb = 0; mb < options_.num_microbatches; ++mb) {
+    if (!runs_mb(x, mb)) continue;
+    for (int s = x.program->device; s < stages; s += options_.layout.num_devices) {
+      std::uint8_t done = x.done[done_index(mb, s)];
+      if (!(done & kF) || !((done & kB) || (done & kW))) {
+        fail_at(e, cat(instruction_op_name(op), " must come after every forward and backward of the "
+                       "executor, got (mb ", mb, ", stage ", s, ") not ",
+                       (done & kF) ? "backpropagated" : "run"));
+      }
+    }
+  }
+  if (op == InstructionOp::OptimizerStep) return true;
+  if (!x.reduced) {
+    x.reduced = true;
+    if (++group_arrived_[x.program->device] == group_size_[x.program->device]) {
+      for (std::size_t other = 0; other < executors_.size(); ++other) {
+        if (programs_[other].device == x.program->device) wake(static_cast<int>(other));
+      }
+    }
+  }
+  if (group_arrived_[x.program->device] < group_size_[x.program->device]) {
+    x.wait_peer = -1;
+    x.wait_for = cat("for all ", group_size_[x.program->device], " replicas of device ",
+                     x.program->device, " to reach ReduceGrads (", group_arrived_[x.program->device],
+                     " have)");
+    return false;
+  }
+  return true;
 }
 
 void Replay::run_executor(int e) {
