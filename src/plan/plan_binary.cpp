@@ -400,7 +400,12 @@ ReplicaPlan read_replica(Reader& parent) {
     std::size_t count = e.count("instruction", 2);
     p.instructions.reserve(count);
     for (std::size_t k = 0; k < count; ++k) p.instructions.push_back(read_instruction(e));
-    if (e.left() > 0) p.stage_replica = e.zz32();
+    if (e.left() > 0) {  // written only when non-zero, so the encoding stays canonical
+      p.stage_replica = e.zz32();
+      if (p.stage_replica < 1) {
+        e.fail(cat("stage_replica, when present, must be >= 1, got ", p.stage_replica));
+      }
+    }
     e.finish();
     r.executors.push_back(std::move(p));
   }

@@ -90,6 +90,20 @@ TEST(PlanBinaryTest, RejectsOutOfRangeValues) {
   EXPECT_GT(accepted, 0);  // e.g. doubles and ids take any value
 }
 
+// stage_replica is an optional trailing field of an executor, written only when non-zero;
+// a zero written out would decode to the default and re-encode shorter (found by
+// plan_binary_fuzz), so it is refused.
+TEST(PlanBinaryTest, StageReplicaWrittenAsZeroIsRefused) {
+  IterationPlan it = testing::sample_plan(ModelKind::Gpt, 2, 1, 1, 2).iterations[0];
+  it.replicas.back().executors.back().stage_replica = 1;
+  std::string bytes = encode_iteration(it);
+  EXPECT_EQ(decode_iteration(bytes).replicas.back().executors.back().stage_replica, 1);
+  // The last executor's last byte is its stage_replica, zigzag 1 = 0x02.
+  ASSERT_EQ(bytes.back(), '\x02');
+  bytes.back() = '\x00';
+  EXPECT_THAT(parse_error(bytes), HasSubstr("stage_replica, when present, must be >= 1, got 0"));
+}
+
 TEST(PlanBinaryTest, HugeCountsDoNotAllocate) {
   // Header with a sample_ids count of 2^62 and nothing behind it.
   std::string bytes = "DPPL";
