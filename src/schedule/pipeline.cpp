@@ -61,28 +61,25 @@ void PipelineProblem::validate() const {
     throw Error(ErrorKind::InvalidArgument,
                 cat(kWhere, ": layout.chunks must be >= 1, got ", layout.chunks));
   }
-  if (static_cast<int>(static_bytes.size()) != layout.num_devices) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat(kWhere, ": static_bytes must have one entry per device (",
-                    layout.num_devices, "), got ", static_bytes.size()));
-  }
-  for (std::size_t d = 0; d < static_bytes.size(); ++d) {
-    if (static_bytes[d] < 0) {
+  // Bytes per device: one entry >= 0 each (or, where `may_be_empty`, none at all).
+  auto check_per_device = [&](const char* name, const std::vector<std::int64_t>& bytes,
+                              bool may_be_empty) {
+    if (may_be_empty && bytes.empty()) return;
+    if (static_cast<int>(bytes.size()) != layout.num_devices) {
       throw Error(ErrorKind::InvalidArgument,
-                  cat(kWhere, ": static_bytes[", d, "] must be >= 0, got ", static_bytes[d]));
+                  cat(kWhere, ": ", name, " must ", may_be_empty ? "be empty or " : "",
+                      "have one entry per device (", layout.num_devices, "), got ",
+                      bytes.size()));
     }
-  }
-  if (!weight_bytes.empty() && static_cast<int>(weight_bytes.size()) != layout.num_devices) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat(kWhere, ": weight_bytes must be empty or have one entry per device (",
-                    layout.num_devices, "), got ", weight_bytes.size()));
-  }
-  for (std::size_t d = 0; d < weight_bytes.size(); ++d) {
-    if (weight_bytes[d] < 0) {
-      throw Error(ErrorKind::InvalidArgument,
-                  cat(kWhere, ": weight_bytes[", d, "] must be >= 0, got ", weight_bytes[d]));
+    for (std::size_t d = 0; d < bytes.size(); ++d) {
+      if (bytes[d] < 0) {
+        throw Error(ErrorKind::InvalidArgument,
+                    cat(kWhere, ": ", name, "[", d, "] must be >= 0, got ", bytes[d]));
+      }
     }
-  }
+  };
+  check_per_device("static_bytes", static_bytes, false);
+  check_per_device("weight_bytes", weight_bytes, true);
   if (memory_limit_bytes < 0 || link_latency_ms < 0 || link_bandwidth_gbs < 0) {
     throw Error(ErrorKind::InvalidArgument,
                 cat(kWhere, ": memory_limit_bytes, link_latency_ms and link_bandwidth_gbs must be "
