@@ -73,6 +73,12 @@ struct Executor {
 
 constexpr std::uint8_t kF = 1, kB = 2, kI = 4, kW = 8;
 
+// The key of the (sender rank, receiver rank) pair in Replay::pairs_.
+std::int64_t pair_key(int sender_rank, int receiver_rank) {
+  return (static_cast<std::int64_t>(sender_rank) << 32) +
+         static_cast<std::uint32_t>(receiver_rank);
+}
+
 class Replay {
  public:
   Replay(const std::vector<ExecutorProgram>& programs, const VerifyOptions& options)
@@ -334,8 +340,7 @@ void Replay::write_buffer(int e, int id, BufferState state) {
 }
 
 void Replay::check_match(int sender, int receiver, std::size_t k) {
-  const std::int64_t key = (static_cast<std::int64_t>(programs_[sender].rank) << 32) +
-                           static_cast<std::uint32_t>(programs_[receiver].rank);
+  const std::int64_t key = pair_key(programs_[sender].rank, programs_[receiver].rank);
   const Pair& pair = pairs_[key];
   if (k >= pair.sends.size() || k >= pair.receives.size()) return;
   const Post& s = pair.sends[k];
@@ -486,10 +491,8 @@ bool Replay::step_comm_start(int e, const Instruction& in) {
   const bool grad = is_grad_comm(op);
   const int peer = by_rank_.at(in.peer);
   const bool send = is_send(op);
-  const std::int64_t key = send ? (static_cast<std::int64_t>(x.program->rank) << 32) +
-                                      static_cast<std::uint32_t>(in.peer)
-                                : (static_cast<std::int64_t>(in.peer) << 32) +
-                                      static_cast<std::uint32_t>(x.program->rank);
+  const std::int64_t key =
+      send ? pair_key(x.program->rank, in.peer) : pair_key(in.peer, x.program->rank);
   Pair& pair = pairs_[key];
   std::vector<Post>& mine = send ? pair.sends : pair.receives;
   const std::size_t k = mine.size();
@@ -528,10 +531,8 @@ bool Replay::step_comm_finish(int e, const Instruction& in) {
   bool pending = send ? b.sending : b.phase == BufferState::Phase::Pending;
   if (!pending) fail_at(e, cat("buffer ", in.buffer, " must have a pending ", send ? "send" : "receive",
                                " to finish, got none"));
-  const std::int64_t key = send ? (static_cast<std::int64_t>(x.program->rank) << 32) +
-                                      static_cast<std::uint32_t>(in.peer)
-                                : (static_cast<std::int64_t>(in.peer) << 32) +
-                                      static_cast<std::uint32_t>(x.program->rank);
+  const std::int64_t key =
+      send ? pair_key(x.program->rank, in.peer) : pair_key(in.peer, x.program->rank);
   Pair& pair = pairs_[key];
   const std::vector<Post>& mine = send ? pair.sends : pair.receives;
   const std::vector<Post>& theirs = send ? pair.receives : pair.sends;
