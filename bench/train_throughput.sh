@@ -9,7 +9,8 @@
 # Environment: MODEL (gpt-tiny), PP (2), DP (1), MAX_SEQLEN (2048), TOKENS (16384 per
 # global batch), STEPS (3), THREADS (1 per rank), DATA (the bundled dataset),
 # STRATEGIES (all five), DYNAPIPE (build/dynapipe), REPLICAS (1: none; e.g. 2,1 runs
-# stage 0 on two ranks, --replicas).
+# stage 0 on two ranks, --replicas), TRAIN_FLAGS (more `train` flags, e.g.
+# --release-freed-memory).
 set -euo pipefail
 
 DYNAPIPE=${DYNAPIPE:-build/dynapipe}
@@ -22,6 +23,7 @@ TOKENS=${TOKENS:-16384}
 STEPS=${STEPS:-3}
 THREADS=${THREADS:-1}
 REPLICAS=${REPLICAS:-1}
+TRAIN_FLAGS=${TRAIN_FLAGS:-}
 STRATEGIES=${STRATEGIES:-"packing dynapipe packing-varlen token-based padding"}
 # A receive waits for the peer's whole F+B of a micro-batch: padding's 30-row x 2048
 # micro-batches take minutes on a CPU.
@@ -35,7 +37,7 @@ fi
 
 echo
 echo "\`$DYNAPIPE train --data $DATA --model $MODEL --pp $PP --dp $DP --max-seqlen $MAX_SEQLEN" \
-  "--global-batch-tokens $TOKENS --steps $STEPS --threads-per-rank $THREADS --replicas $REPLICAS --strategy S\`" \
+  "--global-batch-tokens $TOKENS --steps $STEPS --threads-per-rank $THREADS --replicas $REPLICAS $TRAIN_FLAGS --strategy S\`" \
   "($(nproc) cores, $(date -u +%Y-%m-%d))"
 echo
 for strategy in $STRATEGIES; do
@@ -43,7 +45,7 @@ for strategy in $STRATEGIES; do
   "$DYNAPIPE" train --data "$DATA" --model "$MODEL" --pp "$PP" --dp "$DP" --max-seqlen "$MAX_SEQLEN" \
     --global-batch-tokens "$TOKENS" --steps "$STEPS" --threads-per-rank "$THREADS" \
     --replicas "$REPLICAS" --strategy "$strategy" --metrics "$TMP/$strategy.jsonl" --no-progress \
-    --comm-timeout "$COMM_TIMEOUT" > /dev/null || echo "$strategy failed; see above" >&2
+    --comm-timeout "$COMM_TIMEOUT" $TRAIN_FLAGS > /dev/null || echo "$strategy failed; see above" >&2
 done
 
 /usr/bin/python3 - "$TMP" $STRATEGIES <<'EOF'
@@ -67,11 +69,12 @@ for s in strategies:
         step=statistics.median(m["step_time_s"] for m in timed),
         est=statistics.median(m["est_step_time_s"] for m in timed),
         eff=real / padded if padded else 0.0,
+        peak=max(m["peak_memory_above_start_bytes"] for m in steps) / 2**20,
         loss=steps[-1]["loss"])
 base = rows.get("packing", next(iter(rows.values())))["tps"]
-print("| strategy | tokens/s (median) | vs packing | step s (median) | est. step s | padding eff. | final loss |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print("| strategy | tokens/s (median) | vs packing | step s (median) | est. step s | padding eff. | peak MiB above start | final loss |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for s, r in rows.items():
     print(f"| {s} | {r['tps']:.0f} | {r['tps'] / base:.2f}x | {r['step']:.2f} | {r['est']:.2f} "
-          f"| {r['eff']:.3f} | {r['loss']:.4f} |")
+          f"| {r['eff']:.3f} | {r['peak']:.0f} | {r['loss']:.4f} |")
 EOF

@@ -90,6 +90,8 @@ void setup_train(CLI::App& app) {
   cmd->add_flag("--resume", o.resume, "Continue from --checkpoint-dir's latest checkpoint");
   cmd->add_flag("--refine-cost-model", o.refine_cost_model,
                 "Scale the cost model's forward/backward times by what each stage measures, step by step");
+  cmd->add_flag("--release-freed-memory", o.release_freed_memory,
+                "Hand freed host memory back to the OS (resident memory tracks live tensors; page faults make steps up to ~2x slower)");
   cmd->add_option("--dropout", o.dropout, "Dropout probability (0: deterministic)")
       ->check(CLI::Range(0.0, 0.999))->capture_default_str();
   cmd->add_option("--lr", o.lr, "AdamW learning rate")->check(CLI::PositiveNumber)->capture_default_str();

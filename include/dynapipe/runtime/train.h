@@ -40,6 +40,8 @@ struct TrainOptions {
   bool resume = false;          // continue from checkpoint_dir's latest checkpoint
   bool refine_cost_model = false;  // fold measured forward/backward times into the planner's
                                    // cost model after every step (docs/runtime.md)
+  bool release_freed_memory = false;  // --release-freed-memory: let the host allocator hand
+                                      // freed pages back to the OS (docs/runtime.md "Host memory")
   double dropout = 0.0;         // 0 makes training deterministic. [0, 1)
   double lr = 3e-4;             // AdamW learning rate. > 0
   double weight_decay = 0.0;    // AdamW weight decay. >= 0

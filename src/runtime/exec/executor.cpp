@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "dynapipe/core/error.h"
+#include "runtime/exec/host_allocator.h"
 #include "runtime/model/reference_trainer.h"
 
 namespace dynapipe::runtime {
@@ -631,6 +632,10 @@ struct Executor::Impl {
       result.op_ms[op] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       result.op_count[op] += 1;
       result.peak_held_bytes = std::max(result.peak_held_bytes, held_bytes());
+      if (config.host_cache_limit_bytes > 0 &&
+          host_allocator_resident_bytes() > config.host_cache_limit_bytes) {
+        release_host_allocator_cache();
+      }
     }
     // A plan should finish what it starts; wait for stragglers rather than drop them.
     for (auto& p : pending) {

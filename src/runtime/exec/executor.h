@@ -57,6 +57,10 @@ struct ExecutorConfig {
   // current weights (no stashing), to show that the asynchronous equivalence tests see
   // the difference. Never set in training.
   bool debug_no_weight_stash = false;
+  // > 0: after each instruction, when the host allocator holds more than this resident
+  // (live tensors plus its cache of freed pages, runtime/exec/host_allocator.h), its
+  // cache goes back to the OS. 0: no bound.
+  std::int64_t host_cache_limit_bytes = 0;
 };
 
 // Which of `dp` replicas owns each parameter under ZeRO-1: greedy by size, largest first,

@@ -14,6 +14,7 @@
 #include "dynapipe/core/error.h"
 #include "dynapipe/runtime/launcher.h"
 #include "runtime/exec/c10d_key_value.h"
+#include "runtime/exec/host_allocator.h"
 #include "runtime/exec/metrics.h"
 #include "runtime/exec/plan_ahead.h"
 #include "runtime/exec/plan_codec.h"
@@ -258,6 +259,7 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
   auto comm_timeout = seconds_to_ms(options.comm_timeout_s);
   auto store_timeout = seconds_to_ms(options.store_timeout_s);
   try {
+    keep_freed_host_memory(!options.release_freed_memory);
     const std::int64_t start_rss = current_rss_bytes();
     const int device = c.ranks.stage_of(c.rank);
     std::map<int, std::shared_ptr<StageModel>> stages;
@@ -266,7 +268,11 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
                           .num_stages = hooks.num_stages, .comm_timeout = comm_timeout,
                           .lr = options.lr, .weight_decay = options.weight_decay,
                           .zero = options.plan.zero == 1,
-                          .debug_no_weight_stash = options.debug_no_weight_stash};
+                          .debug_no_weight_stash = options.debug_no_weight_stash,
+                          // Cached freed pages count in resident memory: a limit the user
+                          // set bounds them too (the device's own is the machine's).
+                          .host_cache_limit_bytes = static_cast<std::int64_t>(
+                              options.plan.memory_limit_gib * double(std::int64_t{1} << 30))};
     Executor executor(config, stages, *c.pipe, c.dp_group, hooks.collate);
 
     CheckpointMeta progress_so_far;

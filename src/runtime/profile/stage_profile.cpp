@@ -13,6 +13,7 @@
 #include "dynapipe/core/strings.h"
 #include "dynapipe/cost/cost_model.h"
 #include "dynapipe/runtime/profiler.h"
+#include "runtime/exec/host_allocator.h"
 #include "runtime/process_memory.h"
 #include "runtime/profile/stage_runner.h"
 
@@ -138,6 +139,7 @@ StageProfile measure_stage_profile(const ModelSpec& spec, const StageProfilerOpt
 
   StageProfile result;
   std::map<Recompute, RatioTable> ratios;
+  keep_freed_host_memory(true);  // as train keeps them by default: time what it runs
   // The runtime's own memory: the process's peak over the first (smallest) round, less
   // what the model accounts for -- model states, and that shape's activations.
   reset_peak_rss();
