@@ -229,8 +229,9 @@ class AnalyticCostModel final : public CostModel {
     c_.libtorch_memory = device.name == "cpu";
     const ModelSpec shard = tensor_parallel_shard(model, options.tp);
     for (const StageLayers& s : stages_) {
-      static_bytes_.push_back(
-          model_state_bytes(stage_parameter_count(shard, s), device.bytes_per_element, options.zero_shards));
+      const std::int64_t parameters = stage_parameter_count(shard, s);
+      static_bytes_.push_back(model_state_bytes(parameters, device.bytes_per_element, options.zero_shards));
+      weight_bytes_.push_back(parameters * device.bytes_per_element);
     }
   }
 
@@ -257,6 +258,11 @@ class AnalyticCostModel final : public CostModel {
   std::int64_t static_bytes(int stage) const override {
     DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));
     return static_bytes_[stage];
+  }
+
+  std::int64_t weight_bytes(int stage) const override {
+    DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));
+    return weight_bytes_[stage];
   }
 
   std::string describe() const override { return cat("analytic:", device_.name); }
@@ -373,6 +379,7 @@ class AnalyticCostModel final : public CostModel {
   CostModelOptions options_;
   std::vector<StageLayers> stages_;
   std::vector<std::int64_t> static_bytes_;
+  std::vector<std::int64_t> weight_bytes_;
   LayerCoefficients c_;
 };
 

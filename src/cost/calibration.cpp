@@ -42,6 +42,7 @@ class CalibratedCostModel final : public CostModel {
     for (std::size_t s = 0; s < out.size(); ++s) scale(static_cast<int>(s), out[s]);
   }
   std::int64_t static_bytes(int stage) const override { return base_->static_bytes(stage); }
+  std::int64_t weight_bytes(int stage) const override { return base_->weight_bytes(stage); }
   double p2p_ms(std::int64_t bytes) const override { return base_->p2p_ms(bytes); }
   double allreduce_ms(std::int64_t bytes, int replicas) const override {
     return base_->allreduce_ms(bytes, replicas);

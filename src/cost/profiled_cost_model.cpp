@@ -188,6 +188,7 @@ class ProfiledCostModel final : public CostModel {
         if (!embeds) bytes += token_table_bytes;
       }
       static_bytes_.push_back(model_state_bytes(bytes / e, e, options.zero_shards) + profile.runtime_bytes);
+      weight_bytes_.push_back(bytes);
     }
   }
 
@@ -249,6 +250,11 @@ class ProfiledCostModel final : public CostModel {
     return static_bytes_[stage];
   }
 
+  std::int64_t weight_bytes(int stage) const override {
+    DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));
+    return weight_bytes_[stage];
+  }
+
   std::string describe() const override { return cat("profile:", source_); }
 
   std::string extrapolation_warning(std::int64_t max_seqlen, std::int64_t max_dec_seqlen) const override {
@@ -303,6 +309,7 @@ class ProfiledCostModel final : public CostModel {
   std::string source_;
   std::vector<StageLayers> stages_;
   std::vector<std::int64_t> static_bytes_;
+  std::vector<std::int64_t> weight_bytes_;
   std::unique_ptr<Table> tables_[kNumProfileLayerKinds][3];
   std::int64_t parameter_bytes_[kNumProfileLayerKinds] = {};
   int stack_kind_ = 0;

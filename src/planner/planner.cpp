@@ -778,10 +778,9 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     iteration.replicas.push_back(std::move(replica));
   }
   if (m.config.dp > 1) {
-    // Gradient all-reduce after the last backward: fp16/bf16 gradients of the largest stage.
-    std::int64_t largest = 0;
-    for (int s = 0; s < m.cost->num_stages(); ++s) largest = std::max(largest, m.cost->static_bytes(s));
-    const std::int64_t grad_bytes = largest / 16 * m.cost->device().bytes_per_element;
+    // Gradient all-reduce after the last backward: the gradients of the largest stage.
+    std::int64_t grad_bytes = 0;
+    for (int s = 0; s < m.cost->num_stages(); ++s) grad_bytes = std::max(grad_bytes, m.cost->weight_bytes(s));
     iteration.est_iteration_ms += m.cost->allreduce_ms(grad_bytes, m.config.dp);
   }
   iteration.padding_efficiency =

@@ -245,13 +245,10 @@ PipelineProblem make_pipeline_problem(const CostModel& model,
   for (int s = 0; s < layout.num_stages(); ++s) {
     problem.static_bytes[layout.device_of(s)] += model.static_bytes(s);
   }
-  // One copy of the weights: what an asynchronous schedule's stashed version costs. The
-  // static bytes hold 16 bytes per parameter (model_state_bytes without ZeRO, which the
-  // asynchronous schedules never use: they need dp 1); a copy is the element size each.
+  // One copy of the weights: what an asynchronous schedule's stashed version costs.
   problem.weight_bytes.assign(layout.num_devices, 0);
   for (int s = 0; s < layout.num_stages(); ++s) {
-    problem.weight_bytes[layout.device_of(s)] +=
-        model.static_bytes(s) / 16 * model.device().bytes_per_element;
+    problem.weight_bytes[layout.device_of(s)] += model.weight_bytes(s);
   }
   problem.costs.resize(microbatches.size());
   for (std::size_t i = 0; i < microbatches.size(); ++i) {

@@ -239,6 +239,11 @@ TEST(AnalyticCostModelTest, StaticMemoryOfGpt67bAtPp4) {
   // fp32 training (cpu): 4 + 4 + 8 / 2 = 12 bytes per parameter with 2 shards.
   EXPECT_EQ(analytic("gpt-6.7b", 4, "cpu", 2)->static_bytes(1), 12 * layers);
   EXPECT_EQ(model_state_bytes(10, 2, 3), 10 * 4 + 40);  // 120 / 3
+  // One copy of the weights is the element size per parameter, whatever ZeRO shards.
+  EXPECT_EQ(m->weight_bytes(0), 2 * stage0);
+  EXPECT_EQ(m->weight_bytes(3), 2 * stage3);
+  EXPECT_EQ(analytic("gpt-6.7b", 4, "a100-40g", 4)->weight_bytes(1), 2 * layers);
+  EXPECT_EQ(analytic("gpt-6.7b", 4, "cpu", 2)->weight_bytes(1), 4 * layers);
   EXPECT_EQ(model_state_bytes(1, 2, 8), 4 + 2);         // 12 / 8 rounds up
 }
 

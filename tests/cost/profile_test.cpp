@@ -123,6 +123,7 @@ TEST(ProfileTest, ProfiledAgreesWithItsAnalyticSourceAtGridPoints) {
       auto profiled = make_profiled_cost_model(profile, {.num_stages = pp, .zero_shards = 2});
       for (int stage = 0; stage < pp; ++stage) {
         EXPECT_EQ(profiled->static_bytes(stage), analytic->static_bytes(stage));
+        EXPECT_EQ(profiled->weight_bytes(stage), analytic->weight_bytes(stage));
         for (Recompute mode : kModes) {
           for (std::int64_t b : kGrid.batches) {
             for (std::int64_t s : kGrid.seqlens) {
@@ -183,6 +184,7 @@ TEST(ProfileTest, RuntimeBytesAddToEveryStagesStaticBytes) {
   auto with = make_profiled_cost_model(again, {.num_stages = 2});
   for (int stage = 0; stage < 2; ++stage) {
     EXPECT_EQ(with->static_bytes(stage) - without->static_bytes(stage), 40 << 20);
+    EXPECT_EQ(with->weight_bytes(stage), without->weight_bytes(stage));  // not the weights
   }
 }
 

@@ -37,6 +37,7 @@ class FixedCostModel final : public CostModel {
     return c;
   }
   std::int64_t static_bytes(int stage) const override { return 1'000'000 * (stage + 1); }
+  std::int64_t weight_bytes(int stage) const override { return 250'000 * (stage + 1); }
   double p2p_ms(std::int64_t bytes) const override { return bytes * 1e-7; }
   double allreduce_ms(std::int64_t, int) const override { return 0; }
   std::string describe() const override { return "fixed"; }
@@ -68,6 +69,7 @@ TEST(CostBridgeTest, BuildsTheProblemFromTheCostModel) {
   // Device 0 holds virtual stages 0 and 2.
   EXPECT_EQ(p.static_bytes, (std::vector<std::int64_t>{1'000'000 + 3'000'000,
                                                        2'000'000 + 4'000'000}));
+  EXPECT_EQ(p.weight_bytes, (std::vector<std::int64_t>{250'000 + 750'000, 500'000 + 1'000'000}));
   EXPECT_EQ(p.memory_limit_bytes, 123456789);
   EXPECT_DOUBLE_EQ(p.link_latency_ms, 0.02);
   EXPECT_DOUBLE_EQ(p.link_bandwidth_gbs, 10);

@@ -9,7 +9,7 @@
 //   stored    = bytes_per_token·b·(L+D)  (+ bytes_per_attention·b·(de·L² + dd·D²) unless
 //               selective/full); full keeps only full_bytes_per_token·b·(L+D)
 //   peak      = peak_bytes_per_token·b·(L+D)
-//   static    = static_bytes (every stage)
+//   static    = static_bytes, weights = weight_bytes (every stage)
 // With the defaults, fwd + bwd = 3·(0.5 + 0.001·b·L) ms: the toy cost of the reference's
 // DP fixtures. Everything is non-decreasing in b, L, D, as real models are.
 //
@@ -38,6 +38,7 @@ struct FakeCostParams {
   std::int64_t full_bytes_per_token = 0;
   std::int64_t peak_bytes_per_token = 0;
   std::int64_t static_bytes = 0;
+  std::int64_t weight_bytes = 0;
 };
 
 class FakeCostModel final : public CostModel {
@@ -95,6 +96,7 @@ class FakeCostModel final : public CostModel {
   }
 
   std::int64_t static_bytes(int) const override { return params_.static_bytes; }
+  std::int64_t weight_bytes(int) const override { return params_.weight_bytes; }
   double p2p_ms(std::int64_t) const override { return 0; }
   double allreduce_ms(std::int64_t, int) const override { return 0; }
   std::string describe() const override { return "fake"; }

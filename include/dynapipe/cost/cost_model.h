@@ -73,6 +73,11 @@ class CostModel {
                            Recompute recompute, std::span<StageCost> out) const;
   // Parameters + gradients + optimizer states held by `stage` for the whole run.
   virtual std::int64_t static_bytes(int stage) const = 0;
+  // One copy of the stage's parameters at the device's element size: what a gradient
+  // all-reduce sends and what an asynchronous schedule's stashed weight version holds.
+  // Not derivable from static_bytes(), which may shard optimizer states (ZeRO) or add
+  // the runtime's own bytes (a measured profile).
+  virtual std::int64_t weight_bytes(int stage) const = 0;
   // One point-to-point message of `bytes` between neighbouring stages.
   virtual double p2p_ms(std::int64_t bytes) const;
   // Ring all-reduce of `bytes` over `replicas` data-parallel replicas (0 for 1 replica).
