@@ -263,16 +263,20 @@ struct Planner::Impl {
                 ScheduleKind schedule, bool quick = false,
                 BatchingCache* cache = nullptr,
                 const std::vector<Choice>* ranked = nullptr) const;
-  // search_replicas(quick, recompute), or the result of the same search in `ranked`.
+  // The ranking's quick search: search_replicas(quick, recompute) without recording the
+  // winner's timeline (only its makespan ranks), or the result of the same search in
+  // `ranked`.
   Choice quick_search(const GlobalBatch& batch,
                       const std::vector<std::vector<MicroBatch>>& replicas,
                       ScheduleKind schedule, Recompute recompute,
-                      const std::vector<Choice>& ranked) const;
-  // permute: a quick search that also tries the permuted micro-batch orders.
+                      const std::vector<Choice>* ranked) const;
+  // permute: a quick search that also tries the permuted micro-batch orders. record:
+  // the winner's timeline (SearchOptions::record_winner), which a plan needs.
   Choice search_replicas(const GlobalBatch& batch,
                          const std::vector<std::vector<MicroBatch>>& replicas,
                          ScheduleKind schedule, bool quick = false,
-                         Recompute recompute = Recompute::None, bool permute = false) const;
+                         Recompute recompute = Recompute::None, bool permute = false,
+                         bool record = true) const;
   Choice choose(const GlobalBatch& batch) const;
   // make_search_candidates() for one recompute mode: only that mode's problems are costed.
   std::vector<SearchCandidate> own_mode_candidates(ScheduleKind schedule,
@@ -286,9 +290,8 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
                              ScheduleKind schedule, bool quick,
                              BatchingCache* cache, const std::vector<Choice>* ranked) const {
   const BatchingResult batching = make_microbatches(batch, *cost, options, cache);
-  Choice choice = quick && ranked != nullptr
-                      ? quick_search(batch, batching.replicas, schedule, batching.recompute, *ranked)
-                      : search_replicas(batch, batching.replicas, schedule, quick, batching.recompute);
+  Choice choice = quick ? quick_search(batch, batching.replicas, schedule, batching.recompute, ranked)
+                        : search_replicas(batch, batching.replicas, schedule);
   choice.dp_recompute = batching.recompute;
   choice.batching = options;
   return choice;
@@ -297,13 +300,16 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
 Choice Planner::Impl::quick_search(const GlobalBatch& batch,
                                    const std::vector<std::vector<MicroBatch>>& replicas,
                                    ScheduleKind schedule, Recompute recompute,
-                                   const std::vector<Choice>& ranked) const {
-  if (const Choice* same = same_quick_search(ranked, replicas, schedule, recompute)) {
-    Choice choice = *same;
-    choice.baseline_cut = false;  // the caller's to set, as for a fresh search
-    return choice;
+                                   const std::vector<Choice>* ranked) const {
+  if (ranked != nullptr) {
+    if (const Choice* same = same_quick_search(*ranked, replicas, schedule, recompute)) {
+      Choice choice = *same;
+      choice.baseline_cut = false;  // the caller's to set, as for a fresh search
+      return choice;
+    }
   }
-  return search_replicas(batch, replicas, schedule, true, recompute);
+  return search_replicas(batch, replicas, schedule, true, recompute, /*permute=*/false,
+                         /*record=*/false);
 }
 
 std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
@@ -335,7 +341,7 @@ std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
 Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
                                       const std::vector<std::vector<MicroBatch>>& replicas,
                                       ScheduleKind schedule, bool quick,
-                                      Recompute recompute, bool permute) const {
+                                      Recompute recompute, bool permute, bool record) const {
   const Impl& m = *this;
   Choice choice;
   choice.schedule = schedule;
@@ -373,6 +379,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
         // memory rule): all of them.
         SearchOptions quick_options = search_options;
         quick_options.permute = permute;
+        quick_options.record_winner = record;
         replica.candidates =
             with_vertical_sync(m.own_mode_candidates(schedule, replica.microbatches, recompute));
         try {
@@ -474,7 +481,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
         replicas.push_back(split_head_and_tail(batch, replica.microbatches, *m.cost,
                                                base.dp_recompute, m.batching));
       }
-      Choice other = m.quick_search(batch, replicas, base.schedule, base.dp_recompute, ranked);
+      Choice other = m.quick_search(batch, replicas, base.schedule, base.dp_recompute, &ranked);
       other.batching = base.batching;
       other.dp_recompute = base.dp_recompute;
       ranked.push_back(std::move(other));
@@ -539,7 +546,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
         for (const std::vector<MicroBatch>& replica : cut.replicas) {
           replicas.push_back(as_varlen_microbatches(batch, replica, m.batching));
         }
-        Choice choice = m.quick_search(batch, replicas, m.schedule, cut.recompute, ranked);
+        Choice choice = m.quick_search(batch, replicas, m.schedule, cut.recompute, &ranked);
         choice.batching = m.batching;
         choice.dp_recompute = cut.recompute;
         return choice;
