@@ -53,14 +53,8 @@ ShapeCost ShapeCosts::evaluate(const MicroBatchShape& shape,
 double ShapeCosts::evaluate_stages(const MicroBatchShape& shape, const AttentionDensity& density,
                                    std::span<std::int64_t> bytes) const {
   ++evaluations_;
-  double time_ms = 0;
-  cost_model_.stage_costs(shape, density, recompute_, stage_scratch_);
-  for (int s = 0; s < num_stages_; ++s) {
-    const StageCost& c = stage_scratch_[static_cast<std::size_t>(s)];
-    time_ms = std::max(time_ms, c.fwd_ms + c.bwd_ms);
-    bytes[static_cast<std::size_t>(s)] = c.stored_bytes;
-    bytes[static_cast<std::size_t>(num_stages_ + s)] = c.peak_bytes;
-  }
+  const double time_ms =
+      cost_model_.bottleneck_ms_and_bytes(shape, density, recompute_, stage_scratch_, bytes);
   DYNAPIPE_CHECK(!std::isnan(time_ms), cat("cost model returned NaN time for shape ", shape.batch,
                                            "x", shape.seqlen, "+", shape.dec_seqlen));
   return time_ms;

@@ -28,7 +28,7 @@ class ScannerBase {
     std::vector<int> counts(static_cast<std::size_t>(self.size()));
     std::int64_t segments = 0;
     for (int i = 0; i < self.size(); ++i) {
-      self.scan_row(i, max_count, cap_ms, [&](int count, double) { counts[i] = count; });
+      counts[i] = self.qualifying(i, max_count, cap_ms);
       segments += counts[i];
     }
     out.reserve(segments);
@@ -50,11 +50,27 @@ class ScannerBase {
     f[0] = 0;
     for (int i = 0; i < self.size(); ++i) {
       if (f[i] == kInf) continue;
-      self.scan_row(i, std::numeric_limits<int>::max(), cap_ms, [&](int count, double t) {
-        f[i + count] = std::min(f[i + count], f[i] + t);
-      });
+      if constexpr (requires { self.leading_times(i, 0); }) {
+        // The qualifying segments are a prefix of the cached row: no per-segment checks.
+        const int count = self.qualifying(i, std::numeric_limits<int>::max(), cap_ms);
+        const std::span<const double> times = self.leading_times(i, count);
+        const double f_i = f[i];
+        double* out = f.data() + i + 1;
+        for (int c = 0; c < count; ++c) out[c] = std::min(out[c], f_i + times[c]);
+      } else {
+        self.scan_row(i, std::numeric_limits<int>::max(), cap_ms, [&](int count, double t) {
+          f[i + count] = std::min(f[i + count], f[i] + t);
+        });
+      }
     }
     return f.back();
+  }
+
+  // How many segments scan_row(i, max_count, cap_ms) emits (the scanner may know faster).
+  int qualifying(int i, int max_count, double cap_ms) {
+    int count = 0;
+    static_cast<Scanner&>(*this).scan_row(i, max_count, cap_ms, [&](int c, double) { count = c; });
+    return count;
   }
 
   // A partition filled greedily: each micro-batch takes samples while its time stays
@@ -70,7 +86,12 @@ class ScannerBase {
         count = c;
         t = time;
       };
-      self.scan_row(i, std::numeric_limits<int>::max(), limit_ms, take);
+      if constexpr (requires { self.leading_times(i, 0); }) {
+        count = self.qualifying(i, std::numeric_limits<int>::max(), limit_ms);
+        if (count > 0) t = self.leading_times(i, count).back();
+      } else {
+        self.scan_row(i, std::numeric_limits<int>::max(), limit_ms, take);
+      }
       if (count == 0) self.scan_row(i, 1, kInf, take);
       out.starts.push_back(i);
       out.sum_ms += t;
@@ -265,6 +286,33 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     }
   }
 
+  // How many segments scan_row(i, max_count, cap_ms) emits. Where the row is costed
+  // past the cap and its times so far are non-decreasing, the first segment over the cap
+  // is a binary search and memory is already known: O(log window) instead of a scan
+  // (the greedy bounds and min-sum DPs ask this of every row many times per DP).
+  int qualifying(int i, int max_count, double cap_ms) {
+    if (!cap_count_.empty()) max_count = std::min(max_count, cap_count_[static_cast<std::size_t>(i)]);
+    const std::size_t limit =
+        static_cast<std::size_t>(std::min<std::int64_t>(size() - i, max_count));
+    const VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(i)];
+    const VarlenRows::Fit& fit = (*fit_)[static_cast<std::size_t>(i)];
+    if (row.sorted) {
+      const std::size_t costed = std::min(row.time_ms.size(), limit);
+      const std::size_t within = static_cast<std::size_t>(
+          std::upper_bound(row.time_ms.begin(), row.time_ms.begin() + costed, cap_ms) -
+          row.time_ms.begin());
+      if (within <= fit.known) {
+        // Stopped by the cap or the end, every segment before known to fit.
+        if (within < costed || costed == limit) return static_cast<int>(within);
+      } else if (fit.closed) {
+        return static_cast<int>(fit.known);  // segment `known` is within the cap, too heavy
+      }
+    }
+    int count = 0;
+    scan_row(i, max_count, cap_ms, [&](int c, double) { count = c; });
+    return count;
+  }
+
   template <typename Emit>
   void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
     if (!cap_count_.empty()) max_count = std::min(max_count, cap_count_[static_cast<std::size_t>(i)]);
@@ -308,8 +356,10 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     row->bytes.resize(row->bytes.size() + stride_);
     const std::span<std::int64_t> bytes =
         std::span<std::int64_t>(row->bytes).subspan(row->bytes.size() - stride_, stride_);
-    row->time_ms.push_back(costs_.evaluate_stages(
-        shape, varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_), bytes));
+    const double t = costs_.evaluate_stages(
+        shape, varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_), bytes);
+    if (!row->time_ms.empty() && !(row->time_ms.back() <= t)) row->sorted = false;
+    row->time_ms.push_back(t);
   }
 
   ShapeCosts& costs_;

@@ -27,6 +27,8 @@ struct VarlenRows {
     std::vector<std::int64_t> bytes;    // per segment: stored[0..p), then peak[0..p)
     std::int64_t enc = 0, dec = 0;      // running sums of the last segment costed
     double enc_squares = 0, dec_squares = 0;
+    // time_ms is non-decreasing so far: a scan's stop by time is a binary search.
+    bool sorted = true;
   };
   std::vector<std::size_t> sequence;    // the samples, in order (identifies the rows)
   Recompute recompute = Recompute::None;

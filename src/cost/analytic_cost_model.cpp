@@ -40,14 +40,6 @@ double matmul_ms(const LayerCoefficients& c, double flops, double rows) {
 
 }  // namespace
 
-void LayerCost::add(const LayerCost& other, int count) {
-  fwd_ms += count * other.fwd_ms;
-  bwd_input_ms += count * other.bwd_input_ms;
-  bwd_weight_ms += count * other.bwd_weight_ms;
-  stored_bytes += count * other.stored_bytes;
-  peak_bytes = std::max(peak_bytes, other.peak_bytes);
-}
-
 // One GPT layer or T5 encoder layer over b rows of s tokens.
 LayerCost encoder_layer_cost(const LayerCoefficients& c, double b, double s, double density,
                              Recompute recompute) {
@@ -227,6 +219,18 @@ class AnalyticCostModel final : public CostModel {
     // The cpu preset is the device this project's LibTorch runtime trains on: its memory
     // terms are what that runtime keeps (docs/cost-model.md), not Megatron's.
     c_.libtorch_memory = device.name == "cpu";
+    // Stages with the same layers cost the same: bottleneck_ms_and_bytes() costs the
+    // first of each kind only (GPT-6.7B pp 4: the two middle stages).
+    for (std::size_t s = 0; s < stages_.size(); ++s) {
+      std::size_t first = s;
+      for (std::size_t t = 0; t < s; ++t) {
+        if (same_layers(stages_[t], stages_[s])) {
+          first = t;
+          break;
+        }
+      }
+      same_as_.push_back(first);
+    }
     const ModelSpec shard = tensor_parallel_shard(model, options.tp);
     for (const StageLayers& s : stages_) {
       const std::int64_t parameters = stage_parameter_count(shard, s);
@@ -253,6 +257,33 @@ class AnalyticCostModel final : public CostModel {
                    cat("stage_costs: ", out.size(), " slots for ", stages_.size(), " stages"));
     LayerCosts layers(*this, shape, density, recompute);
     for (std::size_t s = 0; s < stages_.size(); ++s) out[s] = stage_cost_of(stages_[s], layers);
+  }
+
+  // stage_costs() reduced to what the segment scans read, with the same arithmetic in
+  // the same order (stage_total()), so the results are identical.
+  double bottleneck_ms_and_bytes(const MicroBatchShape& shape, const AttentionDensity& density,
+                                 Recompute recompute, std::span<StageCost> scratch,
+                                 std::span<std::int64_t> bytes) const override {
+    const std::size_t p = stages_.size();
+    // Tensor parallelism adds its all-reduces in stage_cost_of(): the general path.
+    if (options_.tp > 1 || bytes.size() != 2 * p) {
+      return CostModel::bottleneck_ms_and_bytes(shape, density, recompute, scratch, bytes);
+    }
+    LayerCosts layers(*this, shape, density, recompute);
+    double time_ms = 0;
+    for (std::size_t s = 0; s < p; ++s) {
+      const std::size_t first = same_as_[s];
+      if (first != s) {  // its time is already in the max
+        bytes[s] = bytes[first];
+        bytes[p + s] = bytes[p + first];
+        continue;
+      }
+      const LayerCost total = stage_total(stages_[s], layers);
+      time_ms = std::max(time_ms, total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms));
+      bytes[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes));
+      bytes[p + s] = static_cast<std::int64_t>(std::ceil(total.peak_bytes));
+    }
+    return time_ms;
   }
 
   std::int64_t static_bytes(int stage) const override {
@@ -316,8 +347,10 @@ class AnalyticCostModel final : public CostModel {
     std::optional<LayerCost> embedding_, encoder_, dec_embedding_, decoder_, head_;
   };
 
-  StageCost stage_cost_of(const StageLayers& s, LayerCosts& layers) const {
-    LayerCost total;  // times and stored summed, peak the largest piece's
+  // The stage's layers summed (before tensor-parallel communication): times and stored
+  // bytes added up, peak the largest piece's.
+  static LayerCost stage_total(const StageLayers& s, LayerCosts& layers) {
+    LayerCost total;
     if (s.has_embedding) total.add(layers.embedding(), 1);
     // The encoder output (the K/V input of every decoder layer) is one tensor the decoder
     // layers share; it is not counted (its K and V projections are, per layer).
@@ -325,6 +358,18 @@ class AnalyticCostModel final : public CostModel {
     if (s.has_dec_embedding) total.add(layers.dec_embedding(), 1);
     if (s.has_decoder()) total.add(layers.decoder(), s.dec_end - s.dec_begin);
     if (s.has_head) total.add(layers.head(), 1);
+    return total;
+  }
+
+  // Whether two stages cost the same: the same layer counts and pieces (stage_total()).
+  static bool same_layers(const StageLayers& a, const StageLayers& b) {
+    return a.has_embedding == b.has_embedding && a.enc_end - a.enc_begin == b.enc_end - b.enc_begin &&
+           a.has_dec_embedding == b.has_dec_embedding && a.dec_end - a.dec_begin == b.dec_end - b.dec_begin &&
+           a.has_head == b.has_head;
+  }
+
+  StageCost stage_cost_of(const StageLayers& s, LayerCosts& layers) const {
+    LayerCost total = stage_total(s, layers);
     const double b = layers.b, se = layers.se, sd = layers.sd;
     if (options_.tp > 1) add_tensor_parallel_comm(s, b, se, sd, layers.recompute(), total);
 
@@ -380,6 +425,7 @@ class AnalyticCostModel final : public CostModel {
   std::vector<StageLayers> stages_;
   std::vector<std::int64_t> static_bytes_;
   std::vector<std::int64_t> weight_bytes_;
+  std::vector<std::size_t> same_as_;  // per stage: the first stage with the same layers
   LayerCoefficients c_;
 };
 

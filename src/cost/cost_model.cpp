@@ -1,5 +1,6 @@
 #include "dynapipe/cost/cost_model.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "dynapipe/core/error.h"
@@ -42,6 +43,25 @@ void CostModel::stage_costs(const MicroBatchShape& shape, const AttentionDensity
   for (int s = 0; s < num_stages(); ++s) {
     out[static_cast<std::size_t>(s)] = stage_cost(s, shape, density, recompute);
   }
+}
+
+double CostModel::bottleneck_ms_and_bytes(const MicroBatchShape& shape,
+                                          const AttentionDensity& density, Recompute recompute,
+                                          std::span<StageCost> scratch,
+                                          std::span<std::int64_t> bytes) const {
+  const std::size_t p = static_cast<std::size_t>(num_stages());
+  DYNAPIPE_CHECK(scratch.size() == p && bytes.size() == 2 * p,
+                 cat("bottleneck_ms_and_bytes: ", scratch.size(), " and ", bytes.size(),
+                     " slots for ", p, " stages"));
+  stage_costs(shape, density, recompute, scratch);
+  double time_ms = 0;
+  for (std::size_t s = 0; s < p; ++s) {
+    const StageCost& c = scratch[s];
+    time_ms = std::max(time_ms, c.fwd_ms + c.bwd_ms);
+    bytes[s] = c.stored_bytes;
+    bytes[p + s] = c.peak_bytes;
+  }
+  return time_ms;
 }
 
 std::int64_t model_state_bytes(std::int64_t parameters, int bytes_per_element, int zero_shards) {

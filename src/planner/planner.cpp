@@ -171,6 +171,28 @@ struct Choice {
   bool baseline_cut = false;
 };
 
+// The ranked choice whose quick search ran on these micro-batches with this schedule and
+// recompute mode (every entry of rank_dp_plans()'s list is such a search), or nullptr.
+// Searches are deterministic, so a repeat gives that choice's result: T5-11B pp 8 plans
+// of short samples cut the same micro-batches under ~3 of ~14 targets (the row-capacity
+// cut often is the packed-rows cut).
+const Choice* same_quick_search(const std::vector<Choice>& ranked,
+                                const std::vector<std::vector<MicroBatch>>& replicas,
+                                ScheduleKind schedule, Recompute recompute) {
+  for (const Choice& c : ranked) {
+    if (c.schedule != schedule || c.dp_recompute != recompute ||
+        c.replicas.size() != replicas.size()) {
+      continue;
+    }
+    bool same = true;
+    for (std::size_t r = 0; r < replicas.size() && same; ++r) {
+      same = c.replicas[r].microbatches == replicas[r];
+    }
+    if (same) return &c;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 namespace {
@@ -235,15 +257,26 @@ struct Planner::Impl {
   std::vector<DpTarget> more_targets; // DP strategies: further schedules planned for
 
   // quick: only the batching's recompute mode and no micro-batch permutations, to rank
-  // many micro-batchings before the full search of the best (choose()).
+  // many micro-batchings before the full search of the best (choose()). ranked: quick
+  // searches already run, whose result a repeat takes (same_quick_search()).
   Choice search(const GlobalBatch& batch, const BatchingOptions& options,
                 ScheduleKind schedule, bool quick = false,
-                BatchingCache* cache = nullptr) const;
-  // permute: a quick search that also tries the permuted micro-batch orders.
+                BatchingCache* cache = nullptr,
+                const std::vector<Choice>* ranked = nullptr) const;
+  // The ranking's quick search: search_replicas(quick, recompute) without recording the
+  // winner's timeline (only its makespan ranks), or the result of the same search in
+  // `ranked`.
+  Choice quick_search(const GlobalBatch& batch,
+                      const std::vector<std::vector<MicroBatch>>& replicas,
+                      ScheduleKind schedule, Recompute recompute,
+                      const std::vector<Choice>* ranked) const;
+  // permute: a quick search that also tries the permuted micro-batch orders. record:
+  // the winner's timeline (SearchOptions::record_winner), which a plan needs.
   Choice search_replicas(const GlobalBatch& batch,
                          const std::vector<std::vector<MicroBatch>>& replicas,
                          ScheduleKind schedule, bool quick = false,
-                         Recompute recompute = Recompute::None, bool permute = false) const;
+                         Recompute recompute = Recompute::None, bool permute = false,
+                         bool record = true) const;
   Choice choose(const GlobalBatch& batch) const;
   // make_search_candidates() for one recompute mode: only that mode's problems are costed.
   std::vector<SearchCandidate> own_mode_candidates(ScheduleKind schedule,
@@ -255,12 +288,28 @@ struct Planner::Impl {
 // Micro-batches under `options`, then the best schedule x recompute of every replica.
 Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& options,
                              ScheduleKind schedule, bool quick,
-                             BatchingCache* cache) const {
+                             BatchingCache* cache, const std::vector<Choice>* ranked) const {
   const BatchingResult batching = make_microbatches(batch, *cost, options, cache);
-  Choice choice = search_replicas(batch, batching.replicas, schedule, quick, batching.recompute);
+  Choice choice = quick ? quick_search(batch, batching.replicas, schedule, batching.recompute, ranked)
+                        : search_replicas(batch, batching.replicas, schedule);
   choice.dp_recompute = batching.recompute;
   choice.batching = options;
   return choice;
+}
+
+Choice Planner::Impl::quick_search(const GlobalBatch& batch,
+                                   const std::vector<std::vector<MicroBatch>>& replicas,
+                                   ScheduleKind schedule, Recompute recompute,
+                                   const std::vector<Choice>* ranked) const {
+  if (ranked != nullptr) {
+    if (const Choice* same = same_quick_search(*ranked, replicas, schedule, recompute)) {
+      Choice choice = *same;
+      choice.baseline_cut = false;  // the caller's to set, as for a fresh search
+      return choice;
+    }
+  }
+  return search_replicas(batch, replicas, schedule, true, recompute, /*permute=*/false,
+                         /*record=*/false);
 }
 
 std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
@@ -292,7 +341,7 @@ std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
 Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
                                       const std::vector<std::vector<MicroBatch>>& replicas,
                                       ScheduleKind schedule, bool quick,
-                                      Recompute recompute, bool permute) const {
+                                      Recompute recompute, bool permute, bool record) const {
   const Impl& m = *this;
   Choice choice;
   choice.schedule = schedule;
@@ -330,6 +379,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
         // memory rule): all of them.
         SearchOptions quick_options = search_options;
         quick_options.permute = permute;
+        quick_options.record_winner = record;
         replica.candidates =
             with_vertical_sync(m.own_mode_candidates(schedule, replica.microbatches, recompute));
         try {
@@ -392,8 +442,8 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
   };
   BatchingCache cache;  // segment costs shared by every DP below
   // The first plan's errors are the planner's (e.g. a sample that fits nowhere).
-  std::vector<Choice> ranked{
-      m.search(batch, plans.front().first, plans.front().second, true, &cache)};
+  std::vector<Choice> ranked;
+  ranked.push_back(m.search(batch, plans.front().first, plans.front().second, true, &cache));
   std::vector<std::size_t> best_of_order{0};  // per order: index into ranked
   // Quick estimates of the sorted order's cuts, one per rule (plans[0 .. rules)).
   const std::size_t rules = 1 + m.more_targets.size();
@@ -411,7 +461,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order ||
                            plans[k].first.varlen_row_capacity != plans[k - 1].first.varlen_row_capacity;
     std::optional<Choice> c =
-        attempt([&] { return m.search(batch, plans[k].first, plans[k].second, true, &cache); });
+        attempt([&] { return m.search(batch, plans[k].first, plans[k].second, true, &cache, &ranked); });
     if (!c) continue;
     if (k < rules) sorted_ms[k] = c->est_ms;
     ranked.push_back(std::move(*c));
@@ -431,7 +481,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
         replicas.push_back(split_head_and_tail(batch, replica.microbatches, *m.cost,
                                                base.dp_recompute, m.batching));
       }
-      Choice other = m.search_replicas(batch, replicas, base.schedule, true, base.dp_recompute);
+      Choice other = m.quick_search(batch, replicas, base.schedule, base.dp_recompute, &ranked);
       other.batching = base.batching;
       other.dp_recompute = base.dp_recompute;
       ranked.push_back(std::move(other));
@@ -455,7 +505,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       for (int step = 0; step < 2; ++step) {
         again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
         std::optional<Choice> c =
-            attempt([&] { return m.search(batch, again, start.schedule, true, &cache); });
+            attempt([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
         if (!c || !(c->est_ms < est)) break;
         est = c->est_ms;
         ranked.push_back(std::move(*c));
@@ -477,7 +527,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // each extra mode is a full DP (T5-11B pp 8 short256: ~8% of the plan).
     if (!padded_cut.recompute) padded_cut.recompute = start.dp_recompute;
     std::optional<Choice> c =
-        attempt([&] { return m.search(batch, padded_cut, start.schedule, true, &cache); });
+        attempt([&] { return m.search(batch, padded_cut, start.schedule, true, &cache, &ranked); });
     if (c) ranked.push_back(std::move(*c));
   }
   if (varlen && m.options.baseline_cuts) {
@@ -496,7 +546,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
         for (const std::vector<MicroBatch>& replica : cut.replicas) {
           replicas.push_back(as_varlen_microbatches(batch, replica, m.batching));
         }
-        Choice choice = m.search_replicas(batch, replicas, m.schedule, true, cut.recompute);
+        Choice choice = m.quick_search(batch, replicas, m.schedule, cut.recompute, &ranked);
         choice.batching = m.batching;
         choice.dp_recompute = cut.recompute;
         return choice;
@@ -520,8 +570,29 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
                    [](const Choice& a, const Choice& b) { return a.est_ms < b.est_ms; });
   constexpr std::size_t kFullSearches = 3;
   std::optional<Choice> choice;
+  // Full searches run so far: a repeat on the same micro-batches, schedule and mode gives
+  // the same estimate and, not strictly faster, leaves the choice as it is.
+  struct Searched {
+    const Choice* ranked_choice;
+    bool own_mode;
+    double est_ms;
+  };
+  std::vector<Searched> searched;
   // own_mode: only the cut's recompute mode (its quick search's), orders permuted.
   auto search_in_full = [&](const Choice& ranked_choice, bool own_mode = false) -> double {
+    for (const Searched& s : searched) {
+      const Choice& other = *s.ranked_choice;
+      if (s.own_mode != own_mode || other.schedule != ranked_choice.schedule ||
+          (own_mode && other.dp_recompute != ranked_choice.dp_recompute) ||
+          other.replicas.size() != ranked_choice.replicas.size()) {
+        continue;
+      }
+      bool same = true;
+      for (std::size_t r = 0; r < other.replicas.size() && same; ++r) {
+        same = other.replicas[r].microbatches == ranked_choice.replicas[r].microbatches;
+      }
+      if (same) return s.est_ms;
+    }
     std::vector<std::vector<MicroBatch>> replicas;
     for (const ReplicaChoice& replica : ranked_choice.replicas) {
       replicas.push_back(replica.microbatches);
@@ -533,6 +604,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     full.dp_recompute = ranked_choice.dp_recompute;
     const double est_ms = full.est_ms;
     if (!choice || est_ms < choice->est_ms) choice = std::move(full);
+    searched.push_back({&ranked_choice, own_mode, est_ms});
     return est_ms;
   };
   // The padded cut is searched on top of the three best others when it ranks among the

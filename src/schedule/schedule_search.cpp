@@ -128,6 +128,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   int best = -1;
   std::vector<int> best_order;
   ScheduleOrder best_schedule;
+  SimResult best_sim;  // the winner's unrecorded run (!options.record_winner)
 
   for (int ci = 0; ci < static_cast<int>(candidates.size()); ++ci) {
     const SearchCandidate& candidate = candidates[ci];
@@ -148,25 +149,30 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     const std::vector<std::vector<int>> orders =
         micro_batch_orders(candidate.problem, permute, options);
 
-    PipelineProblem permuted = candidate.problem;
+    // The given order alone (quick searches, fixed schedules): no permuted copy.
+    const bool given_only = orders.size() == 1;
+    PipelineProblem permuted = given_only ? PipelineProblem{} : candidate.problem;
+    const PipelineProblem& problem = given_only ? candidate.problem : permuted;
     bool fitted = false;
     std::int64_t candidate_excess = -1;
     for (const std::vector<int>& mb_order : orders) {
-      for (std::size_t i = 0; i < mb_order.size(); ++i) {
-        permuted.costs[i] = candidate.problem.costs[mb_order[i]];
+      if (!given_only) {
+        for (std::size_t i = 0; i < mb_order.size(); ++i) {
+          permuted.costs[i] = candidate.problem.costs[mb_order[i]];
+        }
       }
       std::string why_not;
-      std::optional<ScheduleOrder> order = schedule.build(permuted, &why_not);
+      std::optional<ScheduleOrder> order = schedule.build(problem, &why_not);
       if (!order) {
         result.rejected.push_back(cat(label, ": ", why_not));
         break;
       }
       any_applies = true;
-      simulator.run(permuted, *order, SimOptions{.record = false}, &scratch);
+      simulator.run(problem, *order, SimOptions{.record = false}, &scratch);
       ++result.simulations;
       if (!scratch.fits_memory) {
-        for (int d = 0; d < permuted.layout.num_devices; ++d) {
-          const std::int64_t excess = scratch.peak_memory_bytes[d] - permuted.memory_limit_bytes;
+        for (int d = 0; d < problem.layout.num_devices; ++d) {
+          const std::int64_t excess = scratch.peak_memory_bytes[d] - problem.memory_limit_bytes;
           if (excess <= 0) continue;
           if (candidate_excess < 0 || excess < candidate_excess) candidate_excess = excess;
           if (!smallest || excess < smallest->excess_bytes) {
@@ -182,6 +188,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         best_ms = scratch.makespan_ms;
         best_order = mb_order;
         best_schedule = std::move(*order);
+        if (!options.record_winner) best_sim = scratch;
       }
     }
     if (!fitted && candidate_excess >= 0) {
@@ -214,8 +221,16 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   for (auto& ops : best_schedule.device_ops) {
     for (PipelineOp& op : ops) op.mb = best_order[op.mb];
   }
-  simulator.run(winner.problem, best_schedule, SimOptions{.record = true}, &result.sim);
-  ++result.simulations;
+  const bool given_order = std::is_sorted(best_order.begin(), best_order.end());
+  if (!options.record_winner && given_order) {
+    // The same problem and order as the recording run would simulate: the same result
+    // but for the timeline and transfers.
+    result.sim = std::move(best_sim);
+  } else {
+    simulator.run(winner.problem, best_schedule, SimOptions{.record = options.record_winner},
+                  &result.sim);
+    ++result.simulations;
+  }
   DYNAPIPE_CHECK(std::abs(result.sim.makespan_ms - best_ms) <= 1e-9 * std::max(1.0, best_ms),
                  cat("schedule search: relabelled order simulates to ", result.sim.makespan_ms,
                      " ms, expected ", best_ms, " ms"));

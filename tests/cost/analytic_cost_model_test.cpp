@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/rng.h"
 #include "dynapipe/cost/cost_model.h"
 
 namespace dynapipe {
@@ -38,6 +39,50 @@ TEST(AnalyticCostModelTest, StageCostsEqualsStageCostOnEveryStage) {
       for (int s = 0; s < c.stages; ++s) {
         EXPECT_EQ(all[static_cast<std::size_t>(s)], m->stage_cost(s, shape, density, mode))
             << c.model << " pp " << c.stages << " tp " << c.tp << " stage " << s;
+      }
+    }
+  }
+}
+
+// bottleneck_ms_and_bytes() is what the batching's segment scans call ~10^5 times per
+// plan; it costs each distinct stage once and must give exactly (bit for bit) the
+// reduction of stage_costs(): max over stages of fwd + bwd, stored then peak bytes.
+// Uniform splits with repeated middle stages, uneven and explicit splits, tensor
+// parallelism (the general path), varlen densities and every recompute mode.
+TEST(AnalyticCostModelTest, BottleneckAndBytesEqualStageCostsExactly) {
+  struct Case {
+    std::string model;
+    CostModelOptions options;
+  };
+  const ModelSpec t5 = load_model_spec("t5-11b");
+  std::vector<Case> cases{{"gpt-6.7b", {.num_stages = 4}},
+                          {"gpt-6.7b", {.num_stages = 5}},
+                          {"gpt-6.7b", {.num_stages = 4, .tp = 2}},
+                          {"t5-11b", {.num_stages = 8}},
+                          {"t5-11b", {.num_stages = 4, .tp = 4}}};
+  cases.push_back({"t5-11b", {.num_stages = 8, .layers = assign_layers(t5, {4, 5, 4, 5, 5, 8, 8, 9})}});
+  Rng rng(7);
+  for (const Case& c : cases) {
+    auto m = make_cost_model("analytic:a100-40g", load_model_spec(c.model), c.options);
+    const std::size_t p = static_cast<std::size_t>(m->num_stages());
+    std::vector<StageCost> all(p), scratch(p);
+    std::vector<std::int64_t> bytes(2 * p);
+    for (int trial = 0; trial < 50; ++trial) {
+      const MicroBatchShape shape{.batch = 1 + rng.uniform_int(0, 3),
+                                  .seqlen = 8 * rng.uniform_int(1, 2000),
+                                  .dec_seqlen = c.model == "t5-11b" ? 8 * rng.uniform_int(1, 300) : 0};
+      const AttentionDensity density{.enc = rng.uniform(0.001, 1.0),
+                                     .dec = rng.uniform(0.001, 1.0)};
+      for (Recompute mode : kModes) {
+        m->stage_costs(shape, density, mode, all);
+        double expected = 0;
+        for (const StageCost& sc : all) expected = std::max(expected, sc.fwd_ms + sc.bwd_ms);
+        const double got = m->bottleneck_ms_and_bytes(shape, density, mode, scratch, bytes);
+        ASSERT_EQ(got, expected) << c.model << " pp " << p << " trial " << trial;
+        for (std::size_t s = 0; s < p; ++s) {
+          ASSERT_EQ(bytes[s], all[s].stored_bytes) << c.model << " stage " << s;
+          ASSERT_EQ(bytes[p + s], all[s].peak_bytes) << c.model << " stage " << s;
+        }
       }
     }
   }

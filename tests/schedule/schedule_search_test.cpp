@@ -146,6 +146,37 @@ TEST(ScheduleSearchTest, IsDeterministic) {
   EXPECT_DOUBLE_EQ(a.sim.makespan_ms, b.sim.makespan_ms);
 }
 
+// record_winner off (the planner's ranking): the same winner, order and simulated
+// figures as a recording search, bit for bit, without the timeline, where the winner ran
+// in the given order; a permuted winner is simulated again in its relabelled order.
+TEST(ScheduleSearchTest, UnrecordedWinnerMatchesTheRecordedOne) {
+  const PipelineProblem p = heterogeneous_problem();
+  const auto all = candidates_for({"gpipe", "1f1b", "cyclic", "wait-free-cyclic", "zb1p"}, p);
+  for (bool permute : {false, true}) {
+    SearchOptions recorded;
+    recorded.permute = permute;
+    SearchOptions unrecorded = recorded;
+    unrecorded.record_winner = false;
+    const SearchResult a = search_schedule(all, recorded), b = search_schedule(all, unrecorded);
+    EXPECT_EQ(a.candidate, b.candidate) << "permute " << permute;
+    EXPECT_EQ(a.mb_order, b.mb_order);
+    EXPECT_EQ(a.order.device_ops, b.order.device_ops);
+    EXPECT_EQ(a.sim.makespan_ms, b.sim.makespan_ms);
+    EXPECT_EQ(a.sim.busy_ms, b.sim.busy_ms);
+    EXPECT_EQ(a.sim.peak_memory_bytes, b.sim.peak_memory_bytes);
+    EXPECT_EQ(a.sim.fits_memory, b.sim.fits_memory);
+    EXPECT_FALSE(a.sim.timeline.empty());
+    EXPECT_TRUE(b.sim.timeline.empty());
+    EXPECT_TRUE(b.sim.transfers.empty());
+  }
+  // The given order wins here without permutations: one simulation fewer.
+  SearchOptions quick;
+  quick.permute = false;
+  const int recorded_runs = search_schedule(all, quick).simulations;
+  quick.record_winner = false;
+  EXPECT_EQ(search_schedule(all, quick).simulations, recorded_runs - 1);
+}
+
 TEST(ScheduleSearchTest, ErrorsNameTheProblem) {
   const PipelineProblem p = uniform_problem(4, 2, 1.0, 2.0);
   EXPECT_THROW(search_schedule({}), Error);

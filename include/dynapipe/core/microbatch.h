@@ -39,6 +39,7 @@ struct MicroBatch {
   AttentionDensity density;
   std::int64_t real_tokens = 0;               // Σ truncated input_len + target_len
   std::int64_t target_tokens = 0;             // Σ target_len (loss tokens)
+  friend bool operator==(const MicroBatch&, const MicroBatch&) = default;
 };
 
 }  // namespace dynapipe

@@ -71,6 +71,15 @@ class CostModel {
   // same layers overrides this to cost each layer once. Default: stage_cost() per stage.
   virtual void stage_costs(const MicroBatchShape& shape, const AttentionDensity& density,
                            Recompute recompute, std::span<StageCost> out) const;
+  // What the batching's segment scans read of stage_costs(), equal to it: returns the
+  // bottleneck time (max over stages of fwd_ms + bwd_ms) and writes every stage's
+  // stored_bytes into bytes[0, p), then its peak_bytes into bytes[p, 2p). `scratch`
+  // (p slots) is the default's room for stage_costs(); a model overrides this to skip
+  // what the scans do not need (the analytic one costs each distinct stage once).
+  virtual double bottleneck_ms_and_bytes(const MicroBatchShape& shape,
+                                         const AttentionDensity& density, Recompute recompute,
+                                         std::span<StageCost> scratch,
+                                         std::span<std::int64_t> bytes) const;
   // Parameters + gradients + optimizer states held by `stage` for the whole run.
   virtual std::int64_t static_bytes(int stage) const = 0;
   // One copy of the stage's parameters at the device's element size: what a gradient

@@ -49,6 +49,11 @@ struct SearchOptions {
   // Upper bound on orders tried per candidate (the identity is always tried), >= 1.
   // Default: 8.
   int max_orders = 8;
+  // Record the winner's timeline and transfers in SearchResult::sim (one more simulation
+  // and a sort). Off: when the winner ran in the given order, sim is that run unrecorded
+  // (the same makespan, peaks and busy times, empty timeline), as a planner ranking many
+  // micro-batchings by makespan needs. Default: on.
+  bool record_winner = true;
   void validate() const;  // throws InvalidArgument naming the field
 };
 
