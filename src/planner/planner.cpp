@@ -260,7 +260,7 @@ struct Planner::Impl {
                 ScheduleKind schedule, bool quick = false,
                 BatchingCache* cache = nullptr) const;
   // permute: a quick search that also tries the permuted micro-batch orders.
-  // random_orders: a full search that also tries that many seeded random orders.
+  // random_orders: also try that many seeded random orders (where orders are permuted).
   Choice search_replicas(const GlobalBatch& batch,
                          const std::vector<std::vector<MicroBatch>>& replicas,
                          ScheduleKind schedule, bool quick = false,
@@ -546,16 +546,14 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   constexpr std::size_t kFullSearches = 3;
   std::optional<Choice> choice;
   // own_mode: only the cut's recompute mode (its quick search's), orders permuted.
-  auto search_in_full = [&](const Choice& ranked_choice, bool own_mode = false,
-                            int random_orders = 0) -> double {
+  auto search_in_full = [&](const Choice& ranked_choice, bool own_mode = false) -> double {
     std::vector<std::vector<MicroBatch>> replicas;
     for (const ReplicaChoice& replica : ranked_choice.replicas) {
       replicas.push_back(replica.microbatches);
     }
     Choice full = own_mode ? m.search_replicas(batch, replicas, ranked_choice.schedule, true,
                                                ranked_choice.dp_recompute, /*permute=*/true)
-                           : m.search_replicas(batch, replicas, ranked_choice.schedule, false,
-                                               Recompute::None, false, random_orders);
+                           : m.search_replicas(batch, replicas, ranked_choice.schedule);
     full.batching = ranked_choice.batching;
     full.dp_recompute = ranked_choice.dp_recompute;
     const double est_ms = full.est_ms;
@@ -592,11 +590,20 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   }
   // Where the best plan still leaves a large share of its devices idle (fill, drain and
   // stalls between unequal micro-batches), the order of its micro-batches matters more
-  // than the few cluster orders the full search tries: its cut again, in full, with
-  // seeded random orders too (docs/batching.md "Random orders where the bubble is large").
+  // than the few cluster orders the full search tries: its cut again under its schedule
+  // and recompute mode, with seeded random orders too (docs/batching.md "Random orders
+  // where the bubble is large").
   if (m.options.random_orders > 0 && idle_share(*choice) > kRandomOrdersIdleShare) {
-    const Choice best_cut = *choice;
-    search_in_full(best_cut, /*own_mode=*/false, m.options.random_orders);
+    std::vector<std::vector<MicroBatch>> replicas;
+    for (const ReplicaChoice& replica : choice->replicas) replicas.push_back(replica.microbatches);
+    const SearchResult& chosen = choice->replicas.front().best;
+    Choice again = m.search_replicas(batch, replicas, choice->schedule, /*quick=*/true,
+                                     chosen.recompute, /*permute=*/true, m.options.random_orders);
+    if (again.est_ms < choice->est_ms) {
+      again.batching = choice->batching;
+      again.dp_recompute = choice->dp_recompute;
+      choice = std::move(again);
+    }
   }
   // The DP sizes micro-batches to the 1F1B memory rule; schedules that keep more in
   // flight (zb1p, cyclic) may only fit smaller ones. Optionally also the DP under a
