@@ -11,7 +11,8 @@
 # Environment: DYNAPIPE (build/dynapipe), DATA (the bundled dataset), MODELS
 # ("gpt-tiny t5-tiny"), PPS ("1 2"), SEQLENS ("1024 2048"), TOKENS (8192 per global
 # batch), STEPS (6), COST_MODEL (analytic:cpu; a file name with {model} in it is expanded
-# per model, e.g. "prof-{model}.json"), METRICS_DIR (keeps the metrics JSONL).
+# per model, e.g. "prof-{model}.json"), METRICS_DIR (keeps the metrics JSONL), TRAIN_FLAGS
+# (more `train` flags, e.g. --release-freed-memory).
 set -euo pipefail
 
 DYNAPIPE=${DYNAPIPE:-build/dynapipe}
@@ -30,7 +31,7 @@ fi
 
 echo
 echo "\`$DYNAPIPE train --data $DATA --model M --pp P --strategy dynapipe --max-seqlen L" \
-  "--global-batch-tokens $TOKENS --steps $STEPS --cost-model $COST_MODEL\` ($(nproc) cores, $(date -u +%Y-%m-%d))"
+  "--global-batch-tokens $TOKENS --steps $STEPS --cost-model $COST_MODEL ${TRAIN_FLAGS:-}\` ($(nproc) cores, $(date -u +%Y-%m-%d))"
 echo
 configs=()
 for model in $MODELS; do
@@ -40,7 +41,7 @@ for model in $MODELS; do
       echo "running $name ..." >&2
       "$DYNAPIPE" train --data "$DATA" --model "$model" --pp "$pp" --strategy dynapipe --max-seqlen "$seqlen" \
         --global-batch-tokens "$TOKENS" --steps "$STEPS" --cost-model "${COST_MODEL//\{model\}/$model}" \
-        --metrics "$TMP/$name.jsonl" --no-progress > /dev/null || echo "$name failed; see above" >&2
+        --metrics "$TMP/$name.jsonl" --no-progress ${TRAIN_FLAGS:-} > /dev/null || echo "$name failed; see above" >&2
       configs+=("$name")
     done
   done
