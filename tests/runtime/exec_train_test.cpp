@@ -366,5 +366,16 @@ TEST(MetricsTest, SummaryLineHasMedians) {
   EXPECT_EQ(summary_from_json(summary_to_json(s)).losses, s.losses);
 }
 
+// The summary says when its RSS figures hold the allocator's cache, across the launcher's
+// JSON hand-over too.
+TEST(MetricsTest, SummarySaysWhenFreedPagesAreKept) {
+  TrainSummary s;
+  EXPECT_EQ(format_summary(s).find("freed pages"), std::string::npos);
+  s.freed_memory_kept = true;
+  const TrainSummary again = summary_from_json(summary_to_json(s));
+  EXPECT_TRUE(again.freed_memory_kept);
+  EXPECT_NE(format_summary(again).find("--release-freed-memory"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dynapipe::runtime

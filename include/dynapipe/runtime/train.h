@@ -78,6 +78,7 @@ struct TrainSummary {
   std::int64_t est_peak_memory_bytes = 0;  // the plans' largest estimate
   std::vector<double> losses;        // per step, from step 0 (restored ones included)
   std::string cost_calibration;      // --refine-cost-model: the learnt factors at the end
+  bool freed_memory_kept = false;    // the host allocator kept freed pages (in the RSS figures)
   // True in the process that reports the run to the user: the launcher, a one-rank job,
   // or rank 0 of a torchrun-style job. Ranks started by our launcher and other ranks
   // return false (their summary is empty or already reported).

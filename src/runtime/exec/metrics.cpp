@@ -129,7 +129,8 @@ std::string summary_to_json(const TrainSummary& s) {
               {"peak_memory_above_start_bytes", s.peak_memory_above_start_bytes},
               {"est_peak_memory_bytes", s.est_peak_memory_bytes},
               {"losses", s.losses},
-              {"cost_calibration", s.cost_calibration}}
+              {"cost_calibration", s.cost_calibration},
+              {"freed_memory_kept", s.freed_memory_kept}}
       .dump();
 }
 
@@ -150,6 +151,7 @@ TrainSummary summary_from_json(const std::string& text) {
     s.est_peak_memory_bytes = j.at("est_peak_memory_bytes").get<std::int64_t>();
     s.losses = j.at("losses").get<std::vector<double>>();
     s.cost_calibration = j.value("cost_calibration", "");
+    s.freed_memory_kept = j.value("freed_memory_kept", false);
     return s;
   } catch (const std::exception& e) {
     throw Error(ErrorKind::ParseError, cat("training summary must be JSON, got error: ", e.what()));
@@ -199,6 +201,10 @@ std::string format_summary(const TrainSummary& s) {
                 static_cast<double>(s.peak_memory_above_start_bytes) / (1 << 20),
                 static_cast<double>(s.est_peak_memory_bytes) / (1 << 20));
   std::string out = buffer;
+  if (s.freed_memory_kept) {
+    out += "                      (RSS includes freed pages the allocator keeps for reuse, bounded by "
+           "--memory-limit; --release-freed-memory hands them back)\n";
+  }
   if (!s.cost_calibration.empty()) out += "cost model refined    " + s.cost_calibration + "\n";
   return out;
 }

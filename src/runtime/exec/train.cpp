@@ -259,7 +259,8 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
   auto comm_timeout = seconds_to_ms(options.comm_timeout_s);
   auto store_timeout = seconds_to_ms(options.store_timeout_s);
   try {
-    keep_freed_host_memory(!options.release_freed_memory);
+    const bool freed_memory_kept =
+        keep_freed_host_memory(!options.release_freed_memory) && !options.release_freed_memory;
     const std::int64_t start_rss = current_rss_bytes();
     const int device = c.ranks.stage_of(c.rank);
     std::map<int, std::shared_ptr<StageModel>> stages;
@@ -342,6 +343,7 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
       if (metrics) metrics->finish(rows);
       TrainSummary summary = summarize_steps(rows);
       if (hooks.describe_refinement) summary.cost_calibration = hooks.describe_refinement();
+      summary.freed_memory_kept = freed_memory_kept;
       return summary;
     }
     return {};
