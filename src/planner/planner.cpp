@@ -651,8 +651,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
                            : m.search_replicas(batch, replicas, ranked_choice.schedule);
     full.batching = ranked_choice.batching;
     full.dp_recompute = ranked_choice.dp_recompute;
+    full.baseline_cut = ranked_choice.baseline_cut;
     const double est_ms = full.est_ms;
-    if (ranked_choice.baseline_cut) baseline_full = full;
+    if (full.baseline_cut) baseline_full = full;
     if (!choice || est_ms < choice->est_ms) choice = std::move(full);
     searched.push_back({&ranked_choice, own_mode, est_ms});
     return est_ms;
@@ -688,9 +689,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   // Random orders for the chosen plan and for the baseline's cut searched in full: given
   // the same search, packing-varlen's own plan beat the DP's at T5-11B pp 8 4096
   // (6813.0 vs 6834.8 ms), so dynapipe searches that cut the same way.
-  const double before_random_ms = choice->est_ms;
+  const bool chose_baseline = choice->baseline_cut;
   choice = with_random_orders(batch, std::move(*choice));
-  if (baseline_full && baseline_full->est_ms != before_random_ms) {
+  if (baseline_full && !chose_baseline) {
     Choice other = with_random_orders(batch, std::move(*baseline_full));
     if (other.est_ms < choice->est_ms) choice = std::move(other);
   }

@@ -256,13 +256,12 @@ PipelineProblem make_pipeline_problem(const CostModel& model,
   problem.memory_limit_bytes = memory_limit_bytes;
   problem.link_latency_ms = model.device().link_latency_ms;
   problem.link_bandwidth_gbs = model.device().link_bandwidth_gbs;
+  // Per device, its stages' model states and one copy of their weights (what an
+  // asynchronous schedule's stashed version costs).
   problem.static_bytes.assign(layout.num_devices, 0);
-  for (int s = 0; s < layout.num_stages(); ++s) {
-    problem.static_bytes[layout.device_of(s)] += model.static_bytes(s);
-  }
-  // One copy of the weights: what an asynchronous schedule's stashed version costs.
   problem.weight_bytes.assign(layout.num_devices, 0);
   for (int s = 0; s < layout.num_stages(); ++s) {
+    problem.static_bytes[layout.device_of(s)] += model.static_bytes(s);
     problem.weight_bytes[layout.device_of(s)] += model.weight_bytes(s);
   }
   problem.costs.resize(microbatches.size());

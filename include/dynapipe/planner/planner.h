@@ -58,11 +58,12 @@ struct PlannerOptions {
   // (batching/varlen_regroup.h), ranked by a quick search, the better one searched again
   // with permuted orders when it comes within 2% of the best full result. Default: true.
   bool baseline_cuts = true;
-  // dynapipe and dynapipe-padded: where the best plan's devices idle more than a fifth of
-  // its makespan (fill, drain, stalls between unequal micro-batches), search its cut once
-  // more — every schedule of its row, in its recompute mode — with this many seeded random
-  // micro-batch orders too (SearchOptions::random_orders, for the schedules whose orders
-  // the search permutes) and keep the faster plan. 0: off. Default: 8 (T5-11B pp 8 at
+  // Every strategy (dynapipe also on the baseline cut it searched in full): where the best
+  // plan's devices idle more than a fifth of its makespan (fill, drain, stalls between
+  // unequal micro-batches), search its cut once more — every schedule of its row, in its
+  // recompute mode — with this many seeded random micro-batch orders too
+  // (SearchOptions::random_orders, for the schedules whose orders the search permutes)
+  // and keep the faster plan. 0: off. Default: 8 (T5-11B pp 8 at
   // max seqlen 1024: 3558 → 3485 ms).
   int random_orders = 8;
 };

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/units.h"
 #include "dynapipe/runtime/launcher.h"
 #include "runtime/exec/c10d_key_value.h"
 #include "runtime/exec/host_allocator.h"
@@ -259,8 +260,8 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
   auto comm_timeout = seconds_to_ms(options.comm_timeout_s);
   auto store_timeout = seconds_to_ms(options.store_timeout_s);
   try {
-    const bool freed_memory_kept =
-        keep_freed_host_memory(!options.release_freed_memory) && !options.release_freed_memory;
+    const bool keep_freed = !options.release_freed_memory;
+    const bool freed_memory_kept = keep_freed_host_memory(keep_freed) && keep_freed;
     const std::int64_t start_rss = current_rss_bytes();
     const int device = c.ranks.stage_of(c.rank);
     std::map<int, std::shared_ptr<StageModel>> stages;
@@ -272,8 +273,7 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
                           .debug_no_weight_stash = options.debug_no_weight_stash,
                           // Cached freed pages count in resident memory: a limit the user
                           // set bounds them too (the device's own is the machine's).
-                          .host_cache_limit_bytes = static_cast<std::int64_t>(
-                              options.plan.memory_limit_gib * double(std::int64_t{1} << 30))};
+                          .host_cache_limit_bytes = gib_to_bytes(options.plan.memory_limit_gib)};
     Executor executor(config, stages, *c.pipe, c.dp_group, hooks.collate);
 
     CheckpointMeta progress_so_far;
