@@ -4,9 +4,10 @@
 //
 // Simulated time, one decision each time a device falls free (stage == device):
 //  * a backward whose gradient is there runs first (it sits on the critical path);
-//    among several, the one with the longest remaining chain (its backward down to
-//    stage 0, messages included). Where the cost model splits the backward, this is the
-//    I pass and the W pass waits (below);
+//    among several, the oldest (lowest micro-batch id, i.e. injected first). Where the
+//    cost model splits the backward, this is the I pass and the W pass waits (below).
+//    (Longest remaining chain first was measured too: never better on the issue-8
+//    points, up to 0.3% worse; docs/RESULTS.md);
 //  * else a forward whose activation is there and that fits in memory: on stage 0 the
 //    next micro-batch in id order (the injection order stays the search's to choose),
 //    elsewhere the one with the longest remaining chain (forward to the last stage and
@@ -80,20 +81,21 @@ ScheduleOrder build_critical_path(const PipelineProblem& problem) {
   const int ops_per_device = (split ? 3 : 2) * m;
   for (auto& ops : order.device_ops) ops.reserve(static_cast<std::size_t>(ops_per_device));
 
-  // Remaining chains: bchain = the backward from stage s down to 0, fchain = the forward
-  // from s to the last stage and then the whole backward; hops cost p2p_ms.
+  // A forward's remaining chain: the forward from stage s to the last stage, then the
+  // backward (I where split) down to stage 0; hops cost p2p_ms.
   const std::size_t cells = static_cast<std::size_t>(m) * p;
   auto cell = [&](int mb, int s) { return static_cast<std::size_t>(mb) * p + s; };
-  std::vector<double> bchain(cells), fchain(cells);
+  std::vector<double> fchain(cells);
   for (int mb = 0; mb < m; ++mb) {
     const auto& c = problem.costs[mb];
+    double back = 0;  // the backward from the last stage down to stage 0
     for (int s = 0; s < p; ++s) {
-      bchain[cell(mb, s)] =
-          (split ? c[s].bwd_input_ms : c[s].bwd_ms) + (s > 0 ? problem.p2p_ms(c[s - 1].output_bytes) + bchain[cell(mb, s - 1)] : 0);
+      back += (split ? c[s].bwd_input_ms : c[s].bwd_ms) +
+              (s > 0 ? problem.p2p_ms(c[s - 1].output_bytes) : 0);
     }
     for (int s = p - 1; s >= 0; --s) {
-      fchain[cell(mb, s)] = c[s].fwd_ms + (s + 1 < p ? problem.p2p_ms(c[s].output_bytes) + fchain[cell(mb, s + 1)]
-                                                     : bchain[cell(mb, s)]);
+      fchain[cell(mb, s)] =
+          c[s].fwd_ms + (s + 1 < p ? problem.p2p_ms(c[s].output_bytes) + fchain[cell(mb, s + 1)] : back);
     }
   }
 
@@ -111,9 +113,9 @@ ScheduleOrder build_critical_path(const PipelineProblem& problem) {
     wakeups.emplace(std::max(link, devices[to].free_ms), to);
     return link;
   };
-  // The ready entry of `list` with the longest chain (ties: lowest micro-batch), or -1;
-  // `earliest` gets the first arrival still to come.
-  auto pick = [&](const std::vector<Arrival>& list, int s, double now, const std::vector<double>& chain,
+  // The admissible ready entry of `list` with the highest priority (ties: the lowest
+  // micro-batch), or -1; `earliest` gets the first arrival still to come.
+  auto pick = [&](const std::vector<Arrival>& list, double now, auto&& priority,
                   double& earliest, auto&& admissible) {
     int best = -1;
     for (int i = 0; i < static_cast<int>(list.size()); ++i) {
@@ -127,7 +129,7 @@ ScheduleOrder build_critical_path(const PipelineProblem& problem) {
         best = i;
         continue;
       }
-      const double mine = chain[cell(a.mb, s)], theirs = chain[cell(list[best].mb, s)];
+      const double mine = priority(a.mb), theirs = priority(list[best].mb);
       if (mine > theirs || (mine == theirs && a.mb < list[best].mb)) best = i;
     }
     return best;
@@ -142,7 +144,10 @@ ScheduleOrder build_critical_path(const PipelineProblem& problem) {
     double earliest = kInfinity;
 
     PipelineOp op;
-    const int b = pick(dev.backwards, s, now, bchain, earliest, [](int) { return true; });
+    auto oldest = [](int mb) { return -static_cast<double>(mb); };
+    auto longest_chain = [&](int mb) { return fchain[cell(mb, s)]; };
+    auto any = [](int) { return true; };
+    const int b = pick(dev.backwards, now, oldest, earliest, any);
     if (b >= 0) {
       op = {dev.backwards[b].mb, s, backward};
       dev.backwards.erase(dev.backwards.begin() + b);
@@ -158,7 +163,7 @@ ScheduleOrder build_critical_path(const PipelineProblem& problem) {
       if (s == 0) {
         if (dev.next_injection < m && fits(dev.next_injection)) mb = dev.next_injection++;
       } else {
-        const int f = pick(dev.forwards, s, now, fchain, earliest, fits);
+        const int f = pick(dev.forwards, now, longest_chain, earliest, fits);
         if (f >= 0) {
           mb = dev.forwards[f].mb;
           dev.forwards.erase(dev.forwards.begin() + f);
