@@ -187,6 +187,27 @@ TEST(PlannerTest, PaddedCutNeverMakesThePlanSlower) {
   EXPECT_GE(improved, 1);
 }
 
+// The critical-path schedule wins where unequal micro-batches meet a memory limit that
+// 1F1B's and ZB-H1's in-flight counts leave unused: at GPT-6.7B pp 4 (40 GiB, max seqlen
+// 4096) every iteration of `auto` runs it, faster than the plan whose schedule is fixed
+// to zb1p (what `auto` chose before it: 6134.2 → 5886.4 ms for iteration 0), and each plan
+// stays within the memory limit.
+TEST(PlannerTest, CriticalPathWinsWhereUnequalMicroBatchesMeetMemory) {
+  const PlanConfig config = gpt_config("dynapipe", 4, 1, 4096);
+  PlanConfig zb1p = config;
+  zb1p.schedule = ScheduleKind::Zb1p;
+  const Planner planner(config, options_with(false, {}));
+  const Planner fixed(zb1p, options_with(false, {}));
+  for (const GlobalBatch& batch : batches_of(config, 3)) {
+    const IterationPlan plan = planner.plan_iteration(batch);
+    const ReplicaPlan& replica = plan.replicas.front();
+    EXPECT_EQ(replica.schedule, ScheduleKind::CriticalPath) << "iteration " << batch.index;
+    EXPECT_LT(plan.est_iteration_ms, fixed.plan_iteration(batch).est_iteration_ms * 0.98)
+        << "iteration " << batch.index;
+    for (std::int64_t peak : replica.est_peak_memory_bytes) EXPECT_LE(peak, gib_to_bytes(40));
+  }
+}
+
 // packing-varlen's and token-based's cuts run varlen are searched on top of the usual
 // three, so they can only make a plan faster; and with them dynapipe plans every iteration
 // no slower than those two baselines plan it themselves (same split, schedule auto).
