@@ -108,10 +108,12 @@ BENCHMARK_CAPTURE(BM_Simulate, 1f1b, std::string("1f1b"))->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Simulate, wait_free_cyclic, std::string("wait-free-cyclic"))->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Simulate, cyclic, std::string("cyclic"))->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Simulate, zb1p, std::string("zb1p"))->Apply(shapes);
+BENCHMARK_CAPTURE(BM_Simulate, critical_path, std::string("critical-path"))->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Simulate, interleaved, std::string("interleaved"))->Apply(shapes);
 BENCHMARK(BM_SimulateRecorded)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Build, cyclic, std::string("cyclic"))->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Build, zb1p, std::string("zb1p"))->Apply(shapes);
+BENCHMARK_CAPTURE(BM_Build, critical_path, std::string("critical-path"))->Apply(shapes);
 BENCHMARK(BM_Search)->Apply(shapes);
 
 }  // namespace

@@ -27,4 +27,9 @@ ScheduleOrder build_cyclic(const PipelineProblem& problem, bool barriers);
 // layout.chunks == 1.
 ScheduleOrder build_zb1p(const PipelineProblem& problem);
 
+// Memory-aware list schedule for unequal micro-batches: backward first, the longest
+// remaining chain first, forwards admitted while memory fits (no in-flight count).
+// layout.chunks == 1.
+ScheduleOrder build_critical_path(const PipelineProblem& problem);
+
 }  // namespace dynapipe::detail

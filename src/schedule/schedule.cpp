@@ -73,7 +73,7 @@ struct ScheduleKindName {
 };
 
 // The one table behind parse, print, the CLI choices and the search order.
-constexpr std::array<ScheduleKindName, 9> kScheduleKindNames{{
+constexpr std::array<ScheduleKindName, 10> kScheduleKindNames{{
     {ScheduleKind::Auto, "auto"},
     {ScheduleKind::GPipe, "gpipe"},
     {ScheduleKind::OneFOneB, "1f1b"},
@@ -81,6 +81,7 @@ constexpr std::array<ScheduleKindName, 9> kScheduleKindNames{{
     {ScheduleKind::Cyclic, "cyclic"},
     {ScheduleKind::WaitFreeCyclic, "wait-free-cyclic"},
     {ScheduleKind::Zb1p, "zb1p"},
+    {ScheduleKind::CriticalPath, "critical-path"},
     {ScheduleKind::PipeDream, "pipedream"},
     {ScheduleKind::PipeDream2BW, "pipedream-2bw"},
 }};
@@ -165,6 +166,9 @@ std::unique_ptr<Schedule> make_schedule(ScheduleKind kind) {
     case ScheduleKind::Zb1p:
       return std::make_unique<BuilderSchedule>(kind, Layouts::SingleChunk, true, true,
                                                detail::build_zb1p);
+    case ScheduleKind::CriticalPath:
+      return std::make_unique<BuilderSchedule>(kind, Layouts::SingleChunk, true, false,
+                                               detail::build_critical_path);
     case ScheduleKind::PipeDream:
     case ScheduleKind::PipeDream2BW:
       // The 1F1B order; the weight update rule rides on the order (weight_versions.h).

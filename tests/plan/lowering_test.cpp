@@ -5,7 +5,10 @@
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/plan/verifier.h"
+#include "dynapipe/core/rng.h"
+#include "dynapipe/schedule/schedule.h"
 #include "plan/test_pipelines.h"
+#include "schedule/schedule_test_util.h"
 
 namespace dynapipe {
 namespace {
@@ -230,6 +233,31 @@ TEST(LoweringTest, ManyShapesVerifyWithCommunicationDelays) {
           EXPECT_NO_THROW(verify_programs(l.programs, options_for(l)));
         }
       }
+    }
+  }
+}
+
+// The critical-path schedule's orders (built on random unequal micro-batches, split and
+// whole backward, memory limits) lower to programs the verifier accepts: no deadlock.
+TEST(LoweringTest, CriticalPathOrdersLowerAndVerify) {
+  for (int n = 0; n < 60; ++n) {
+    Rng rng(500 + static_cast<std::uint64_t>(n));
+    const int devices = static_cast<int>(rng.uniform_int(1, 4));
+    const int mbs = static_cast<int>(rng.uniform_int(1, 9));
+    PipelineProblem problem = testing::random_problem(rng, mbs, devices, 1);
+    if (n % 2 == 0) {
+      for (auto& per_stage : problem.costs) {
+        for (StageCost& c : per_stage) c.bwd_input_ms = c.bwd_weight_ms = 0;
+      }
+    }
+    if (n % 3 == 0) problem.memory_limit_bytes = 1500;
+    const std::optional<ScheduleOrder> order =
+        make_schedule(ScheduleKind::CriticalPath)->build(problem, nullptr);
+    ASSERT_TRUE(order.has_value());
+    for (ModelKind model : {ModelKind::Gpt, ModelKind::T5}) {
+      SCOPED_TRACE(cat("n=", n, " D=", devices, " M=", mbs, " ", model_kind_name(model)));
+      testing::Lowered l = testing::lower(*order, {.num_devices = devices}, mbs, model, 0, 1, n % 4 * 0.5);
+      EXPECT_NO_THROW(verify_programs(l.programs, options_for(l)));
     }
   }
 }

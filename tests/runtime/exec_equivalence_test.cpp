@@ -161,7 +161,8 @@ void check_every_strategy(ModelKind kind) {
 
 void check_every_schedule(ModelKind kind) {
   const auto expected = single_process_losses(train_options(plan_config(kind, "dynapipe", 2, 1)));
-  for (const char* schedule : {"gpipe", "1f1b", "interleaved", "cyclic", "wait-free-cyclic", "zb1p"}) {
+  for (const char* schedule :
+       {"gpipe", "1f1b", "interleaved", "cyclic", "wait-free-cyclic", "zb1p", "critical-path"}) {
     auto options = train_options(plan_config(kind, "dynapipe", 2, 1));
     options.plan.schedule = *parse_schedule_kind(schedule);
     expect_same_losses(expected, pipelined_losses(options),

@@ -94,12 +94,13 @@ TEST(CostBridgeTest, AutoCandidatesCoverScheduleTimesRecompute) {
   const FixedCostModel model(4), interleaved(8);
   const auto mbs = microbatches({128, 512, 256, 64, 1024, 32});
   auto without = make_search_candidates(ScheduleKind::Auto, model, nullptr, mbs, 4, 0);
-  EXPECT_EQ(without.size(), 5u * 3u);  // no interleaved without virtual stages
+  EXPECT_EQ(without.size(), 6u * 3u);  // no interleaved without virtual stages
   auto with = make_search_candidates(ScheduleKind::Auto, model, &interleaved, mbs, 4, 0);
-  ASSERT_EQ(with.size(), 6u * 3u);
+  ASSERT_EQ(with.size(), 7u * 3u);
   EXPECT_EQ(with[2].schedule, ScheduleKind::Interleaved);
   EXPECT_EQ(with[2].problem.layout.chunks, 2);
-  EXPECT_EQ(with[6].recompute, Recompute::Selective);
+  EXPECT_EQ(with[6].schedule, ScheduleKind::CriticalPath);
+  EXPECT_EQ(with[7].recompute, Recompute::Selective);
   const SearchResult r = search_schedule(with);
   EXPECT_TRUE(r.sim.fits_memory);
   EXPECT_EQ(make_search_candidates(ScheduleKind::OneFOneB, model, nullptr, mbs, 4, 0).size(), 3u);

@@ -36,7 +36,8 @@ std::string letters(const std::vector<PipelineOp>& ops) {
 
 TEST(ScheduleTest, RegistryKnowsTheContractNames) {
   EXPECT_EQ(schedule_names(), (std::vector<std::string>{"gpipe", "1f1b", "interleaved", "cyclic",
-                                                        "wait-free-cyclic", "zb1p"}));
+                                                        "wait-free-cyclic", "zb1p",
+                                                        "critical-path"}));
   for (const std::string& name : schedule_names()) EXPECT_EQ(make_schedule(name)->name(), name);
   try {
     make_schedule("2f2b");

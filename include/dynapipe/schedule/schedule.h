@@ -8,6 +8,8 @@
 //                     timed with cycle barriers
 //   wait-free-cyclic  the cyclic order replayed without barriers (DynaPipe's schedule)
 //   zb1p              zero-bubble ZB-H1: backward split into I (critical) and W (fills bubbles)
+//   critical-path     memory-aware list schedule for unequal micro-batches: backward first,
+//                     longest remaining chain first, forwards admitted while memory fits
 //   pipedream         asynchronous PipeDream: the 1F1B order, a weight update after every
 //                     backward, weight stashing (optionally vertical sync)
 //   pipedream-2bw     PipeDream-2BW: the 1F1B order, an update per group of pp micro-batches
@@ -47,6 +49,7 @@ enum class ScheduleKind : std::uint8_t {
   Zb1p,            // "zb1p"
   PipeDream,       // "pipedream"
   PipeDream2BW,    // "pipedream-2bw"
+  CriticalPath,    // "critical-path" (searched after zb1p; last here so no value moves)
 };
 
 std::string_view schedule_kind_name(ScheduleKind kind);
