@@ -321,6 +321,8 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         .first(static_cast<std::size_t>(count));
   }
 
+  void mark_sample_too_large() { rows_.sample_too_large = true; }
+
   void remember_cut(const std::vector<int>& starts) {
     if (std::find(rows_.cuts.begin(), rows_.cuts.end(), starts) == rows_.cuts.end()) {
       rows_.cuts.push_back(starts);
@@ -393,7 +395,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_);
     VarlenRows::Row* partner =
         partner_ != nullptr ? &partner_->rows[static_cast<std::size_t>(i)] : nullptr;
-    if (partner != nullptr && partner->time_ms.size() == c) {
+    if (partner != nullptr && partner->time_ms.size() == c && !partner_->sample_too_large) {
       partner->grow(l.enc, l.dec, stride_);  // the same sums: the same segment
       double times[2];
       costs_.evaluate_stages_modes(shape, density, modes_, times, joint_bytes_);
@@ -541,7 +543,10 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   for (int i = 0; i < scanner.size(); ++i) {
     bool alone_fits = false;
     scanner.scan_row(i, 1, kInf, [&](int, double) { alone_fits = true; });
-    if (!alone_fits) return Partition{};
+    if (!alone_fits) {
+      if constexpr (std::is_same_v<Scanner, VarlenScanner>) scanner.mark_sample_too_large();
+      return Partition{};
+    }
   }
   Partition probe;
   double bound = incumbent_ms;

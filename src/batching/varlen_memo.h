@@ -54,6 +54,9 @@ struct VarlenRows {
   // The rows of the same sequence under each mode (this one included), indexed by
   // Recompute: a scan costs a segment for none and selective together (VarlenScanner).
   std::array<VarlenRows*, 3> by_mode{};
+  // A sample alone did not fit under this mode (some memory rule): its DPs end before
+  // scanning, so the other modes stop costing its segments along (a speed hint only).
+  bool sample_too_large = false;
   std::vector<Row> rows;
   // The cuts (micro-batch starts) earlier DPs chose on this sequence: under another
   // rule or weight each is still a partition whose objective bounds the optimum.
