@@ -137,25 +137,27 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
     known.dec_tokens = dec;
     known.valid = true;
   }
-  // The affine bound first: it needs no sample costed alone.
-  auto affine_bound = [&](double slowest_ms) {
+  // The affine bound first: it needs no sample costed alone. True if on some stage
+  // every count K of micro-batches gives Σ + slope·max >= the incumbent; K past the count
+  // where Σ alone reaches it need no look, nor K past one that stays below.
+  auto affine_rules_out = [&](double slowest_ms) {
     const std::optional<AffineTimeBound>& affine = costs.affine_bound();
-    if (!affine || !known.every_sample_has_tokens) return 0.0;
-    double best = 0;
+    if (!affine || !known.every_sample_has_tokens) return false;
     for (std::size_t s = 0; s < affine->fixed_ms.size(); ++s) {
       const double work = affine->enc_ms[s] * known.enc_tokens + affine->dec_ms[s] * known.dec_tokens;
       const double fixed = affine->fixed_ms[s];
-      double stage = std::numeric_limits<double>::infinity();
-      for (std::size_t k = 1; k <= samples.size(); ++k) {  // K micro-batches
+      bool below = false;
+      for (std::size_t k = 1; k <= samples.size() && !below; ++k) {  // K micro-batches
         const double count = static_cast<double>(k);
         const double sum = std::max(known.merged_ms, work + count * fixed);
-        stage = std::min(stage, sum + slope * std::max(slowest_ms, sum / count));
+        if (sum >= incumbent_ms) break;  // and so for every larger K
+        below = sum + slope * std::max(slowest_ms, sum / count) < incumbent_ms;
       }
-      best = std::max(best, stage);
+      if (!below) return true;
     }
-    return best;
+    return false;
   };
-  if (affine_bound(0) >= incumbent_ms) return true;
+  if (affine_rules_out(0)) return true;
   if (!known.has_slowest) {
     // Samples of equal model lengths cost the same alone: each distinct pair once.
     std::vector<std::pair<std::int64_t, std::int64_t>> lengths;
@@ -184,7 +186,7 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
     known.has_slowest = true;
   }
   return known.merged_ms + slope * known.slowest_ms >= incumbent_ms ||
-         affine_bound(known.slowest_ms) >= incumbent_ms;
+         affine_rules_out(known.slowest_ms);
 }
 
 }  // namespace
