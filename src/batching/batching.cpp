@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "costing.h"
 #include "varlen_memo.h"
@@ -99,29 +103,90 @@ void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
   }
 }
 
-// A lower bound of the DP objective under one recompute mode, for one replica: every
-// sample in one varlen micro-batch bounds Σ t from below (costs are subadditive: a merged
-// micro-batch pays the fixed overheads once, runs larger matmuls and pads no more than
-// its parts, and a padded segment costs no less than the same samples in one varlen row),
-// and no micro-batch is faster than its slowest sample alone. Memory is ignored.
-double objective_lower_bound(const GlobalBatch& batch, const BatchingOptions& options,
-                             detail::ShapeCosts& costs, detail::VarlenMemoStore& memos) {
+// Whether the DP objective under one recompute mode, for one replica, provably cannot
+// beat `incumbent_ms`, by a lower bound without the DP. Every sample in one varlen
+// micro-batch bounds Σ t from below (costs are subadditive: a merged micro-batch pays
+// the fixed overheads once, runs larger matmuls and pads no more than its parts, and a
+// padded segment costs no less than the same samples in one varlen row), and no
+// micro-batch is faster than its slowest sample alone. Where the cost model has an
+// affine bound (cost_model.h), K micro-batches also pay its fixed time K times and the
+// slowest takes at least the mean: min over K of Σ + slope·max bounds the objective
+// too, which rules out full recompute of many short samples before the samples alone
+// are costed. Memory is ignored.
+bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOptions& options,
+                 detail::ShapeCosts& costs, detail::VarlenMemoStore& memos) {
   const double slope = options.bubble_weight * (options.num_stages - 1);
+  const std::vector<Sample>& samples = batch.samples;
   detail::VarlenMemoStore::Bound& known = memos.bounds[static_cast<std::size_t>(costs.recompute())];
-  if (known.valid) return known.merged_ms + slope * known.slowest_ms;
-  std::vector<std::size_t> all(batch.samples.size());
-  double slowest = 0;
-  for (std::size_t k = 0; k < all.size(); ++k) {
-    all[k] = k;
-    const std::size_t one[1] = {k};
-    const MicroBatch alone =
-        detail::make_varlen_microbatch(batch.samples, one, options.kind, options.seqlen_multiple);
-    slowest = std::max(slowest, detail::cost_of(costs, alone).time_ms);
+  if (!known.valid) {
+    std::vector<std::size_t> all(samples.size());
+    for (std::size_t k = 0; k < all.size(); ++k) all[k] = k;
+    const MicroBatch merged =
+        detail::make_varlen_microbatch(samples, all, options.kind, options.seqlen_multiple);
+    known.merged_ms = detail::cost_of(costs, merged).time_ms;
+    double enc = 0, dec = 0;
+    known.every_sample_has_tokens = true;
+    for (const Sample& sample : samples) {
+      const detail::ModelLengths l = detail::model_lengths(sample, options.kind);
+      enc += static_cast<double>(l.enc);
+      dec += static_cast<double>(l.dec);
+      known.every_sample_has_tokens = known.every_sample_has_tokens && l.enc > 0 &&
+                                      (options.kind != ModelKind::T5 || l.dec > 0);
+    }
+    known.enc_tokens = enc;
+    known.dec_tokens = dec;
+    known.valid = true;
   }
-  const MicroBatch merged =
-      detail::make_varlen_microbatch(batch.samples, all, options.kind, options.seqlen_multiple);
-  known = {.valid = true, .merged_ms = detail::cost_of(costs, merged).time_ms, .slowest_ms = slowest};
-  return known.merged_ms + slope * known.slowest_ms;
+  // The affine bound first: it needs no sample costed alone. True if on some stage
+  // every count K of micro-batches gives Σ + slope·max >= the incumbent; K past the count
+  // where Σ alone reaches it need no look, nor K past one that stays below.
+  auto affine_rules_out = [&](double slowest_ms) {
+    const std::optional<AffineTimeBound>& affine = costs.affine_bound();
+    if (!affine || !known.every_sample_has_tokens) return false;
+    for (std::size_t s = 0; s < affine->fixed_ms.size(); ++s) {
+      const double work = affine->enc_ms[s] * known.enc_tokens + affine->dec_ms[s] * known.dec_tokens;
+      const double fixed = affine->fixed_ms[s];
+      bool below = false;
+      for (std::size_t k = 1; k <= samples.size() && !below; ++k) {  // K micro-batches
+        const double count = static_cast<double>(k);
+        const double sum = std::max(known.merged_ms, work + count * fixed);
+        if (sum >= incumbent_ms) break;  // and so for every larger K
+        below = sum + slope * std::max(slowest_ms, sum / count) < incumbent_ms;
+      }
+      if (!below) return true;
+    }
+    return false;
+  };
+  if (affine_rules_out(0)) return true;
+  if (!known.has_slowest) {
+    // Samples of equal model lengths cost the same alone: each distinct pair once.
+    std::vector<std::pair<std::int64_t, std::int64_t>> lengths;
+    lengths.reserve(samples.size());
+    for (const Sample& sample : samples) {
+      const detail::ModelLengths l = detail::model_lengths(sample, options.kind);
+      lengths.emplace_back(l.enc, l.dec);
+    }
+    std::sort(lengths.begin(), lengths.end());
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+    std::vector<std::int64_t> bytes(2 * static_cast<std::size_t>(options.num_stages));
+    double slowest = 0;
+    for (const auto& [enc, dec] : lengths) {
+      const MicroBatchShape shape{.batch = 1,
+                                  .seqlen = round_up(enc, options.seqlen_multiple),
+                                  .dec_seqlen = round_up(dec, options.seqlen_multiple)};
+      const double squares_enc = static_cast<double>(enc) * static_cast<double>(enc);
+      const double squares_dec = static_cast<double>(dec) * static_cast<double>(dec);
+      slowest = std::max(slowest, costs.evaluate_stages(
+                                      shape,
+                                      detail::varlen_density(squares_enc, squares_dec, 1, shape,
+                                                             options.kind),
+                                      bytes));
+    }
+    known.slowest_ms = slowest;
+    known.has_slowest = true;
+  }
+  return known.merged_ms + slope * known.slowest_ms >= incumbent_ms ||
+         affine_rules_out(known.slowest_ms);
 }
 
 }  // namespace
@@ -252,7 +317,7 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
       const bool dp_strategy = options.strategy == Strategy::DynaPipe ||
                                options.strategy == Strategy::DynaPipePadded;
       if (best && dp_strategy && options.dp == 1 && options.min_tmax_interval_ms == 0 &&
-          objective_lower_bound(batch, options, *costs[m], memos) >= incumbent) {
+          cannot_beat(incumbent, batch, options, *costs[m], memos)) {
         continue;
       }
       if (std::optional<detail::Candidate> candidate = run(*costs[m], rule, incumbent)) {

@@ -13,6 +13,7 @@ ShapeCosts::ShapeCosts(const CostModel& cost_model, Recompute recompute, int num
                        std::int64_t memory_limit_bytes, std::span<const int> in_flight)
     : cost_model_(cost_model), recompute_(recompute), num_stages_(num_stages),
       memory_limit_bytes_(memory_limit_bytes),
+      affine_bound_(cost_model.affine_time_bound(recompute)),
       stage_scratch_(static_cast<std::size_t>(num_stages)) {
   static_bytes_.reserve(static_cast<std::size_t>(num_stages));
   for (int s = 0; s < num_stages; ++s) {
@@ -58,6 +59,18 @@ double ShapeCosts::evaluate_stages(const MicroBatchShape& shape, const Attention
   DYNAPIPE_CHECK(!std::isnan(time_ms), cat("cost model returned NaN time for shape ", shape.batch,
                                            "x", shape.seqlen, "+", shape.dec_seqlen));
   return time_ms;
+}
+
+void ShapeCosts::evaluate_stages_modes(const MicroBatchShape& shape,
+                                       const AttentionDensity& density,
+                                       std::span<const Recompute> modes, std::span<double> times,
+                                       std::span<std::int64_t> bytes) const {
+  ++evaluations_;
+  cost_model_.bottleneck_ms_and_bytes_modes(shape, density, modes, stage_scratch_, times, bytes);
+  for (double t : times) {
+    DYNAPIPE_CHECK(!std::isnan(t), cat("cost model returned NaN time for shape ", shape.batch,
+                                       "x", shape.seqlen, "+", shape.dec_seqlen));
+  }
 }
 
 std::vector<std::int64_t> ShapeCosts::rule_key(MemoryRule rule) const {

@@ -60,6 +60,11 @@ class ShapeCosts {
   // stage's stored bytes then peak bytes, independent of the memory rule.
   double evaluate_stages(const MicroBatchShape& shape, const AttentionDensity& density,
                          std::span<std::int64_t> bytes) const;
+  // evaluate_stages() under each of `modes` (this object's own mode need not be among
+  // them): times[k] and bytes[2p·k, 2p·(k + 1)) for modes[k], one cost-model call.
+  void evaluate_stages_modes(const MicroBatchShape& shape, const AttentionDensity& density,
+                             std::span<const Recompute> modes, std::span<double> times,
+                             std::span<std::int64_t> bytes) const;
   // Whether per-stage bytes from evaluate_stages() fit under `rule`.
   // Inline: the varlen scans call it once per new segment and rule.
   bool fits(std::span<const std::int64_t> bytes, MemoryRule rule) const {
@@ -74,6 +79,8 @@ class ShapeCosts {
   // What fits() checks against under `rule`: the memory limit, then k_s per stage.
   std::vector<std::int64_t> rule_key(MemoryRule rule) const;
   int num_stages() const { return num_stages_; }
+  // The cost model's affine lower bound of stage times under this mode, if it has one.
+  const std::optional<AffineTimeBound>& affine_bound() const { return affine_bound_; }
 
  private:
   const CostModel& cost_model_;
@@ -82,6 +89,7 @@ class ShapeCosts {
   std::int64_t memory_limit_bytes_;  // 0 = unlimited
   std::vector<std::int64_t> static_bytes_;
   std::vector<std::int64_t> in_flight_;
+  std::optional<AffineTimeBound> affine_bound_;
   std::unordered_map<std::uint64_t, Row> rows_;
   mutable std::int64_t evaluations_ = 0;
   mutable std::vector<StageCost> stage_scratch_;  // one evaluation's per-stage costs

@@ -2,6 +2,7 @@
 // dp_partitioner.h over varlen (block-diagonal) or padded micro-batches, and the
 // split over data-parallel replicas.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <type_traits>
 
@@ -189,14 +190,28 @@ class PaddedScanner : public ScannerBase<PaddedScanner> {
 class VarlenScanner : public ScannerBase<VarlenScanner> {
  public:
   // enc_cap / dec_cap > 0: segments of at most that many model tokens only.
+  // partner: the same sequence's rows under another mode, costed together with these
+  // where both rows have reached the same segment (nullptr: none).
   VarlenScanner(std::span<const Sample> samples, std::span<const std::size_t> seq,
                 ModelKind kind, std::int64_t seqlen_multiple, ShapeCosts& costs, MemoryRule rule,
-                VarlenRows& rows, std::int64_t enc_cap, std::int64_t dec_cap)
+                VarlenRows& rows, VarlenRows* partner, std::int64_t enc_cap, std::int64_t dec_cap)
       : costs_(costs), rule_(rule), kind_(kind), multiple_(seqlen_multiple),
-        stride_(2 * static_cast<std::size_t>(costs.num_stages())), rows_(rows),
+        stride_(2 * static_cast<std::size_t>(costs.num_stages())), rows_(rows), partner_(partner),
         enc_cap_(enc_cap), dec_cap_(dec_cap) {
+    if (partner_ != nullptr) {
+      modes_ = {rows_.recompute, partner_->recompute};
+      joint_bytes_.resize(2 * stride_);
+    }
     lengths_.reserve(seq.size());
-    for (std::size_t k : seq) lengths_.push_back(model_lengths(samples[k], kind));
+    bool every_sample_has_tokens = true;  // the affine bound's condition (cost_model.h)
+    for (std::size_t k : seq) {
+      const ModelLengths& l = lengths_.emplace_back(model_lengths(samples[k], kind));
+      total_enc_ += static_cast<double>(l.enc);
+      total_dec_ += static_cast<double>(l.dec);
+      every_sample_has_tokens = every_sample_has_tokens && l.enc > 0 &&
+                                (kind != ModelKind::T5 || l.dec > 0);
+    }
+    if (every_sample_has_tokens) affine_ = costs_.affine_bound() ? &*costs_.affine_bound() : nullptr;
     fit_ = &rows_.fits_for(costs_.rule_key(rule_));
     if (enc_cap_ > 0) {  // per row: how many samples fit the capacities
       cap_count_.resize(seq.size());
@@ -274,11 +289,39 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
                                   bytes);
   }
 
+  // A lower bound of Σ t over the partitions whose every micro-batch takes at most
+  // cap_ms, from the cost model's affine bound: on stage s, K such micro-batches need
+  // K·(cap − fixed) >= enc·E + dec·D (E, D: all tokens), and Σ t >= enc·E + dec·D +
+  // K·fixed. Where micro-batches are many, the fixed part (op overheads, the matmuls'
+  // efficiency) is what "all samples in one micro-batch" misses: it bounds heavier
+  // recompute modes out before their segments are costed (T5-11B pp 8 short256: full
+  // recompute). +inf: no such partition; 0: no bound known.
+  double capped_sum_bound(double cap_ms) const {
+    if (affine_ == nullptr) return 0;
+    const double n = static_cast<double>(size());
+    double best = 0;
+    for (std::size_t s = 0; s < affine_->fixed_ms.size(); ++s) {
+      const double work = affine_->enc_ms[s] * total_enc_ + affine_->dec_ms[s] * total_dec_;
+      const double fixed = affine_->fixed_ms[s];
+      double count = 1;  // micro-batches, at least
+      if (work > 0) {
+        if (!(cap_ms > fixed)) return kInf;  // a micro-batch alone is slower than the cap
+        // Shaved so that rounding never rounds a whole count up.
+        count = std::max(1.0, std::ceil(work / (cap_ms - fixed) * (1 - 1e-9)));
+      }
+      if (count > n) return kInf;  // more micro-batches than samples
+      best = std::max(best, work + count * fixed);
+    }
+    return best;
+  }
+
   // The times of the first `count` segments of row i. REQUIRES: a scan reached them.
   std::span<const double> leading_times(int i, int count) const {
     return std::span<const double>(rows_.rows[static_cast<std::size_t>(i)].time_ms)
         .first(static_cast<std::size_t>(count));
   }
+
+  void mark_sample_too_large() { rows_.sample_too_large = true; }
 
   void remember_cut(const std::vector<int>& starts) {
     if (std::find(rows_.cuts.begin(), rows_.cuts.end(), starts) == rows_.cuts.end()) {
@@ -338,26 +381,33 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   }
 
  private:
-  // Costs the next segment of row i (REQUIRES: one is left).
+  // Costs the next segment of row i (REQUIRES: one is left), and the partner's row i
+  // with it when that row stands at the same segment: one cost-model call for both modes
+  // (the analytic model shares the layers' terms), the same numbers as two.
   void extend(int i, VarlenRows::Row* row) {
-    if (row->time_ms.empty()) {  // rows grow one segment at a time: skip the small regrowths
-      constexpr std::size_t kFirstSegments = 32;
-      row->time_ms.reserve(kFirstSegments);
-      row->bytes.reserve(kFirstSegments * stride_);
-    }
-    const ModelLengths& l = lengths_[static_cast<std::size_t>(i) + row->time_ms.size()];
-    row->enc += l.enc;
-    row->dec += l.dec;
-    row->enc_squares += static_cast<double>(l.enc) * static_cast<double>(l.enc);
-    row->dec_squares += static_cast<double>(l.dec) * static_cast<double>(l.dec);
+    const std::size_t c = row->time_ms.size();
+    const ModelLengths& l = lengths_[static_cast<std::size_t>(i) + c];
+    row->grow(l.enc, l.dec, stride_);
     const MicroBatchShape shape{.batch = 1,
                                 .seqlen = round_up(row->enc, multiple_),
                                 .dec_seqlen = round_up(row->dec, multiple_)};
+    const AttentionDensity density =
+        varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_);
+    VarlenRows::Row* partner =
+        partner_ != nullptr ? &partner_->rows[static_cast<std::size_t>(i)] : nullptr;
+    if (partner != nullptr && partner->time_ms.size() == c && !partner_->sample_too_large) {
+      partner->grow(l.enc, l.dec, stride_);  // the same sums: the same segment
+      double times[2];
+      costs_.evaluate_stages_modes(shape, density, modes_, times, joint_bytes_);
+      const std::span<const std::int64_t> bytes(joint_bytes_);
+      row->push(times[0], bytes.first(stride_));
+      partner->push(times[1], bytes.subspan(stride_, stride_));
+      return;
+    }
     row->bytes.resize(row->bytes.size() + stride_);
     const std::span<std::int64_t> bytes =
         std::span<std::int64_t>(row->bytes).subspan(row->bytes.size() - stride_, stride_);
-    const double t = costs_.evaluate_stages(
-        shape, varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_), bytes);
+    const double t = costs_.evaluate_stages(shape, density, bytes);
     if (!row->time_ms.empty() && !(row->time_ms.back() <= t)) row->sorted = false;
     row->time_ms.push_back(t);
   }
@@ -368,7 +418,12 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   std::int64_t multiple_;
   std::size_t stride_;                 // bytes per segment: stored and peak per stage
   VarlenRows& rows_;
+  VarlenRows* partner_;                // costed along (constructor), or nullptr
+  std::array<Recompute, 2> modes_{};   // this scanner's mode, the partner's
+  std::vector<std::int64_t> joint_bytes_;  // one joint evaluation's bytes, both modes
   std::vector<ModelLengths> lengths_;  // model lengths in sequence order
+  double total_enc_ = 0, total_dec_ = 0;  // Σ over the sequence
+  const AffineTimeBound* affine_ = nullptr;  // costs_'s, where it applies (constructor)
   std::vector<VarlenRows::Fit>* fit_;  // per row, under rule_ (kept in rows_ for later DPs)
   std::int64_t enc_cap_ = 0, dec_cap_ = 0;
   std::vector<int> cap_count_;         // per row, with capacities: samples that fit them
@@ -380,8 +435,17 @@ Scanner make_scanner(const StrategyInput& input, std::span<const std::size_t> se
   const BatchingOptions& o = input.options;
   if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
     const bool capped = o.varlen_row_capacity;
-    return VarlenScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule,
-                         input.memos->rows_for(seq, costs.recompute()), capped ? o.max_seqlen : 0,
+    VarlenRows& rows = input.memos->rows_for(seq, costs.recompute());
+    // None and selective cost the same segments (their memory frontiers are close, and
+    // selective is almost always searched after none); full, usually pruned by the
+    // recompute bound, costs its own. A fixed mode costs only itself.
+    VarlenRows* partner = nullptr;
+    if (!o.recompute && costs.recompute() != Recompute::Full) {
+      partner = rows.by_mode[static_cast<std::size_t>(
+          costs.recompute() == Recompute::None ? Recompute::Selective : Recompute::None)];
+    }
+    return VarlenScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule, rows,
+                         partner, capped ? o.max_seqlen : 0,
                          capped && o.kind == ModelKind::T5 ? o.max_target_len + 1 : 0);
   } else {
     return PaddedScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule);
@@ -432,13 +496,58 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   Scanner scanner = make_scanner<Scanner>(input, seq, costs, rule);
   if (options.min_tmax_interval_ms > 0) return solve_partition(scanner.table(), partition);
 
+  const double slope = options.bubble_weight * (options.num_stages - 1);
+  // Caps the segment time by a bound U on the objective: (w + p − 1)·t <= U, then
+  // t <= (U − w·F)/(p − 1) with F a lower bound of Σ t that costs no segment: every
+  // sample in one varlen micro-batch, then the affine bound over the micro-batches the
+  // cap leaves room for (it scans far shorter rows than the first test alone when there
+  // are many micro-batches). Returns false if no partition can beat U.
+  double cap_ms = kInf;
+  auto cap_without_segments = [&](double bound_ms) {
+    cap_ms = std::min(cap_ms, bound_ms * kSlack / (weight + slope));
+    if (slope == 0 || bound_ms == kInf) return true;
+    const double merged_ms = scanner.merged_time_ms();
+    if (std::isfinite(merged_ms)) {
+      cap_ms = std::min(cap_ms, (bound_ms - weight * merged_ms + (kSlack - 1) * bound_ms) / slope);
+    }
+    if constexpr (requires { scanner.capped_sum_bound(0.0); }) {
+      // A smaller cap means more micro-batches, a larger Σ bound, a smaller cap again:
+      // a few rounds until it settles (each keeps every partition that could beat the
+      // bound, so the fixed point does too).
+      for (int round = 0; round < 16; ++round) {
+        const double sum_ms = scanner.capped_sum_bound(cap_ms);
+        if (sum_ms == kInf) return false;
+        const double next = (bound_ms - weight * sum_ms + (kSlack - 1) * bound_ms) / slope;
+        if (!(next < cap_ms)) break;
+        const bool settled = next > cap_ms * (1 - 1e-3);
+        cap_ms = next;
+        if (settled) break;
+      }
+    }
+    return true;
+  };
+  // Then with F = min Σ t over the segments left.
+  auto cap_by = [&](double bound_ms) {
+    if (!cap_without_segments(bound_ms)) return false;
+    if (slope == 0 || bound_ms == kInf) return true;
+    const double min_sum = scanner.min_sum(cap_ms);
+    if (min_sum == kInf) return false;
+    cap_ms = std::min(cap_ms, (bound_ms - weight * min_sum + (kSlack - 1) * bound_ms) / slope);
+    return true;
+  };
+  // An incumbent no partition can beat costs no segment (T5-11B pp 8 short256: full
+  // recompute, whose samples alone were ~500 evaluations per DP).
+  if (!cap_without_segments(incumbent_ms)) return Partition{};
+
   // A sample that does not fit alone is in no segment that fits (monotone memory).
   for (int i = 0; i < scanner.size(); ++i) {
     bool alone_fits = false;
     scanner.scan_row(i, 1, kInf, [&](int, double) { alone_fits = true; });
-    if (!alone_fits) return Partition{};
+    if (!alone_fits) {
+      if constexpr (std::is_same_v<Scanner, VarlenScanner>) scanner.mark_sample_too_large();
+      return Partition{};
+    }
   }
-  const double slope = options.bubble_weight * (options.num_stages - 1);
   Partition probe;
   double bound = incumbent_ms;
   if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
@@ -451,23 +560,6 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
       bound = probe.objective_ms;
     }
   }
-  // Caps the segment time by the bound: (w + p − 1)·t <= U, then t <= (U − w·F)/(p − 1)
-  // with F the merged lower bound of Σ t (it scans far shorter rows than the first test
-  // alone when there are many micro-batches), then with F = min Σ t over the segments
-  // left. Returns false if no partition can beat the bound.
-  double cap_ms = kInf;
-  auto cap_by = [&](double bound_ms) {
-    cap_ms = std::min(cap_ms, bound_ms * kSlack / (weight + slope));
-    if (slope == 0 || bound_ms == kInf) return true;
-    const double merged_ms = scanner.merged_time_ms();
-    if (std::isfinite(merged_ms)) {
-      cap_ms = std::min(cap_ms, (bound_ms - weight * merged_ms + (kSlack - 1) * bound_ms) / slope);
-    }
-    const double min_sum = scanner.min_sum(cap_ms);
-    if (min_sum == kInf) return false;
-    cap_ms = std::min(cap_ms, (bound_ms - weight * min_sum + (kSlack - 1) * bound_ms) / slope);
-    return true;
-  };
   // Nothing fits, or nothing beats the incumbent.
   if (!cap_by(bound)) return probe;
   if (!probe.found) {

@@ -29,9 +29,34 @@ struct VarlenRows {
     double enc_squares = 0, dec_squares = 0;
     // time_ms is non-decreasing so far: a scan's stop by time is a binary search.
     bool sorted = true;
+
+    // Adds the next sample to the running sums (the segment one longer).
+    void grow(std::int64_t enc_len, std::int64_t dec_len, std::size_t stride) {
+      if (time_ms.empty()) {  // rows grow one segment at a time: skip the small regrowths
+        constexpr std::size_t kFirstSegments = 32;
+        time_ms.reserve(kFirstSegments);
+        bytes.reserve(kFirstSegments * stride);
+      }
+      enc += enc_len;
+      dec += dec_len;
+      enc_squares += static_cast<double>(enc_len) * static_cast<double>(enc_len);
+      dec_squares += static_cast<double>(dec_len) * static_cast<double>(dec_len);
+    }
+    // Appends the cost of the segment the sums now describe.
+    void push(double t, std::span<const std::int64_t> segment_bytes) {
+      if (!time_ms.empty() && !(time_ms.back() <= t)) sorted = false;
+      time_ms.push_back(t);
+      bytes.insert(bytes.end(), segment_bytes.begin(), segment_bytes.end());
+    }
   };
   std::vector<std::size_t> sequence;    // the samples, in order (identifies the rows)
   Recompute recompute = Recompute::None;
+  // The rows of the same sequence under each mode (this one included), indexed by
+  // Recompute: a scan costs a segment for none and selective together (VarlenScanner).
+  std::array<VarlenRows*, 3> by_mode{};
+  // A sample alone did not fit under this mode (some memory rule): its DPs end before
+  // scanning, so the other modes stop costing its segments along (a speed hint only).
+  bool sample_too_large = false;
   std::vector<Row> rows;
   // The cuts (micro-batch starts) earlier DPs chose on this sequence: under another
   // rule or weight each is still a partition whose objective bounds the optimum.
@@ -59,9 +84,12 @@ struct VarlenMemoStore {
   std::vector<std::unique_ptr<VarlenRows>> entries;
   // Per recompute mode: the parts of the recompute lower bound (batching.cpp).
   struct Bound {
-    bool valid = false;
-    double merged_ms = 0;   // every sample in one varlen micro-batch
-    double slowest_ms = 0;  // the slowest sample alone
+    bool valid = false;      // merged_ms and the token sums
+    double merged_ms = 0;    // every sample in one varlen micro-batch
+    double enc_tokens = 0, dec_tokens = 0;  // Σ over the samples (for the affine bound)
+    bool every_sample_has_tokens = false;   // the affine bound applies (cost_model.h)
+    bool has_slowest = false;
+    double slowest_ms = 0;   // the slowest sample alone
   };
   std::array<Bound, 3> bounds{};
   // The (memory limit, strategy) whose "every sample fits alone" check passed.
@@ -74,12 +102,18 @@ struct VarlenMemoStore {
         return *e;
       }
     }
-    auto e = std::make_unique<VarlenRows>();
-    e->sequence.assign(sequence.begin(), sequence.end());
-    e->recompute = recompute;
-    e->rows.resize(sequence.size());
-    entries.push_back(std::move(e));
-    return *entries.back();
+    // Every mode's rows at once, linked (VarlenRows::by_mode).
+    std::array<VarlenRows*, 3> created{};
+    for (std::size_t m = 0; m < created.size(); ++m) {
+      auto e = std::make_unique<VarlenRows>();
+      e->sequence.assign(sequence.begin(), sequence.end());
+      e->recompute = static_cast<Recompute>(m);
+      e->rows.resize(sequence.size());
+      created[m] = e.get();
+      entries.push_back(std::move(e));
+    }
+    for (VarlenRows* e : created) e->by_mode = created;
+    return *created[static_cast<std::size_t>(recompute)];
   }
 };
 

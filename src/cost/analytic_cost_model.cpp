@@ -41,11 +41,11 @@ double matmul_ms(const LayerCoefficients& c, double flops, double rows) {
 }  // namespace
 
 // One GPT layer or T5 encoder layer over b rows of s tokens.
-LayerCost encoder_layer_cost(const LayerCoefficients& c, double b, double s, double density,
-                             Recompute recompute) {
-  LayerCost cost;
+LayerTerms encoder_layer_terms(const LayerCoefficients& c, double b, double s, double density) {
+  LayerTerms terms;
+  LayerCost& cost = terms.common;
   const double n = b * s;  // tokens
-  if (n <= 0) return cost;
+  if (n <= 0) return terms;
   const double e = c.e, h = c.h, k = c.k, f = c.f;
   const double scores = b * c.a * s * s * density;  // attention score elements
 
@@ -76,31 +76,21 @@ LayerCost encoder_layer_cost(const LayerCoefficients& c, double b, double s, dou
                              (lt ? 16 * n : 0);
   const double working = lt ? std::max(2 * e * scores - 2 * e * n * (f + h), 2 * e * n * f)
                             : std::max(2 * e * scores, 2 * e * n * f) + 4 * e * n * h;
-  switch (recompute) {
-    case Recompute::None:
-      cost.stored_bytes = stored_none;
-      cost.peak_bytes = working;
-      break;
-    case Recompute::Selective:
-      cost.stored_bytes = stored_none - per_score * scores;
-      cost.peak_bytes = working + per_score * scores;
-      cost.bwd_input_ms += attention_ms + attention_core_bytes * c.ms_per_byte + kAttentionCoreOps * c.op_ms;
-      break;
-    case Recompute::Full:
-      cost.stored_bytes = e * n * h;
-      cost.peak_bytes = working + stored_none;
-      cost.bwd_input_ms += cost.fwd_ms;
-      break;
-  }
-  return cost;
+  terms.stored_none = stored_none;
+  terms.working = working;
+  terms.score_bytes = per_score * scores;
+  terms.selective_bwd_ms = attention_ms + attention_core_bytes * c.ms_per_byte + kAttentionCoreOps * c.op_ms;
+  terms.full_stored = e * n * h;
+  return terms;
 }
 
 // One T5 decoder layer: causal self-attention over sd, cross-attention sd x se, MLP.
-LayerCost decoder_layer_cost(const LayerCoefficients& c, double b, double se, double sd,
-                             double self_density, double cross_density, Recompute recompute) {
-  LayerCost cost;
+LayerTerms decoder_layer_terms(const LayerCoefficients& c, double b, double se, double sd,
+                               double self_density, double cross_density) {
+  LayerTerms terms;
+  LayerCost& cost = terms.common;
   const double nd = b * sd, ne = b * se;
-  if (nd <= 0) return cost;
+  if (nd <= 0) return terms;
   const double e = c.e, h = c.h, k = c.k, f = c.f;
   const double self_scores = b * c.a * sd * sd * self_density;
   const double cross_scores = b * c.a * sd * se * cross_density;
@@ -135,23 +125,12 @@ LayerCost decoder_layer_cost(const LayerCoefficients& c, double b, double se, do
       lt ? std::max({2 * e * self_scores - mlp_released, 2 * e * cross_scores + 2 * e * ne * k - mlp_released,
                      2 * e * nd * f})
          : std::max({2 * e * self_scores, 2 * e * cross_scores, 2 * e * nd * f}) + 4 * e * nd * h + 2 * e * ne * h;
-  switch (recompute) {
-    case Recompute::None:
-      cost.stored_bytes = stored_none;
-      cost.peak_bytes = working;
-      break;
-    case Recompute::Selective:
-      cost.stored_bytes = stored_none - per_score * scores;
-      cost.peak_bytes = working + per_score * scores;
-      cost.bwd_input_ms += attention_ms + (4 * e + 1) * scores * c.ms_per_byte + 2 * kAttentionCoreOps * c.op_ms;
-      break;
-    case Recompute::Full:
-      cost.stored_bytes = e * nd * h;
-      cost.peak_bytes = working + stored_none;
-      cost.bwd_input_ms += cost.fwd_ms;
-      break;
-  }
-  return cost;
+  terms.stored_none = stored_none;
+  terms.working = working;
+  terms.score_bytes = per_score * scores;
+  terms.selective_bwd_ms = attention_ms + (4 * e + 1) * scores * c.ms_per_byte + 2 * kAttentionCoreOps * c.op_ms;
+  terms.full_stored = e * nd * h;
+  return terms;
 }
 
 // Token + position lookup and dropout over n tokens. Its backward is the scatter-add
@@ -188,9 +167,9 @@ LayerCost head_cost(const LayerCoefficients& c, double n) {
 
 namespace {
 
-using detail::decoder_layer_cost;
+using detail::decoder_layer_terms;
 using detail::embedding_cost;
-using detail::encoder_layer_cost;
+using detail::encoder_layer_terms;
 using detail::head_cost;
 using detail::LayerCoefficients;
 using detail::LayerCost;
@@ -270,20 +249,57 @@ class AnalyticCostModel final : public CostModel {
       return CostModel::bottleneck_ms_and_bytes(shape, density, recompute, scratch, bytes);
     }
     LayerCosts layers(*this, shape, density, recompute);
-    double time_ms = 0;
-    for (std::size_t s = 0; s < p; ++s) {
-      const std::size_t first = same_as_[s];
-      if (first != s) {  // its time is already in the max
-        bytes[s] = bytes[first];
-        bytes[p + s] = bytes[p + first];
-        continue;
-      }
-      const LayerCost total = stage_total(stages_[s], layers);
-      time_ms = std::max(time_ms, total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms));
-      bytes[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes));
-      bytes[p + s] = static_cast<std::int64_t>(std::ceil(total.peak_bytes));
+    return bottleneck_of(layers, bytes);
+  }
+
+  // bottleneck_ms_and_bytes() per mode, the layers' shared terms computed once.
+  void bottleneck_ms_and_bytes_modes(const MicroBatchShape& shape, const AttentionDensity& density,
+                                     std::span<const Recompute> modes, std::span<StageCost> scratch,
+                                     std::span<double> times,
+                                     std::span<std::int64_t> bytes) const override {
+    const std::size_t p = stages_.size();
+    if (options_.tp > 1 || modes.empty() || bytes.size() != 2 * p * modes.size() ||
+        times.size() != modes.size()) {
+      CostModel::bottleneck_ms_and_bytes_modes(shape, density, modes, scratch, times, bytes);
+      return;
     }
-    return time_ms;
+    LayerCosts layers(*this, shape, density, modes.front());
+    for (std::size_t k = 0; k < modes.size(); ++k) {
+      layers.use(modes[k]);
+      times[k] = bottleneck_of(layers, bytes.subspan(2 * p * k, 2 * p));
+    }
+  }
+
+  // Without attention (density 0) every layer's time is affine in its tokens: the
+  // matmuls cost flops · (rows + m_half) / rows with flops linear in rows, the memory-
+  // bound work is linear, the op overheads fixed. Attention only adds (scores, their
+  // recomputation), and so does rounding the tokens up and tensor-parallel
+  // communication. So three probes per stage at density 0 give the exact line, which
+  // bounds every micro-batch's time from below; it is shaved by a relative 1e-6 against
+  // rounding in the probes.
+  std::optional<AffineTimeBound> affine_time_bound(Recompute recompute) const override {
+    const double m = static_cast<double>(options_.seqlen_multiple);
+    const bool t5 = model_.kind == ModelKind::T5;
+    auto probe = [&](std::size_t s, std::int64_t enc, std::int64_t dec) {
+      const MicroBatchShape shape{.batch = 1, .seqlen = enc, .dec_seqlen = t5 ? dec : 0};
+      LayerCosts layers(*this, shape, {.enc = 0, .dec = 0}, recompute);
+      const LayerCost total = stage_total(stages_[s], layers);
+      return total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms);
+    };
+    constexpr double kShave = 1 - 1e-6;
+    const std::int64_t one = options_.seqlen_multiple, two = 2 * options_.seqlen_multiple;
+    AffineTimeBound bound;
+    for (std::size_t s = 0; s < stages_.size(); ++s) {
+      const double base = probe(s, one, one);
+      const double enc_ms = (probe(s, two, one) - base) / m;
+      const double dec_ms = t5 ? (probe(s, one, two) - base) / m : 0.0;
+      const double fixed_ms = base - enc_ms * m - dec_ms * m;
+      if (!(enc_ms >= 0 && dec_ms >= 0 && fixed_ms >= 0)) return std::nullopt;
+      bound.enc_ms.push_back(enc_ms * kShave);
+      bound.dec_ms.push_back(dec_ms * kShave);
+      bound.fixed_ms.push_back(fixed_ms * kShave);
+    }
+    return bound;
   }
 
   std::int64_t static_bytes(int stage) const override {
@@ -317,16 +333,21 @@ class AnalyticCostModel final : public CostModel {
       return get(embedding_, [&] { return embedding_cost(m_.c_, b * se); });
     }
     const LayerCost& encoder() {
-      return get(encoder_,
-                 [&] { return encoder_layer_cost(m_.c_, b, se, density_.enc, recompute_); });
+      return get(encoder_, [&] {
+        if (!encoder_terms_) encoder_terms_ = encoder_layer_terms(m_.c_, b, se, density_.enc);
+        return encoder_terms_->in(recompute_);
+      });
     }
     const LayerCost& dec_embedding() {
       return get(dec_embedding_, [&] { return embedding_cost(m_.c_, b * sd); });
     }
     const LayerCost& decoder() {
       return get(decoder_, [&] {
-        const double cross_density = std::sqrt(density_.enc * density_.dec);
-        return decoder_layer_cost(m_.c_, b, se, sd, density_.dec, cross_density, recompute_);
+        if (!decoder_terms_) {
+          const double cross_density = std::sqrt(density_.enc * density_.dec);
+          decoder_terms_ = decoder_layer_terms(m_.c_, b, se, sd, density_.dec, cross_density);
+        }
+        return decoder_terms_->in(recompute_);
       });
     }
     const LayerCost& head() {
@@ -334,6 +355,13 @@ class AnalyticCostModel final : public CostModel {
                  [&] { return head_cost(m_.c_, b * (m_.model_.kind == ModelKind::T5 ? sd : se)); });
     }
     Recompute recompute() const { return recompute_; }
+    // The layers under another mode for the same micro-batch: the mode-free layers and
+    // each layer's shared terms are not computed again.
+    void use(Recompute recompute) {
+      recompute_ = recompute;
+      encoder_.reset();
+      decoder_.reset();
+    }
 
    private:
     template <typename Make>
@@ -345,7 +373,28 @@ class AnalyticCostModel final : public CostModel {
     AttentionDensity density_;
     Recompute recompute_;
     std::optional<LayerCost> embedding_, encoder_, dec_embedding_, decoder_, head_;
+    std::optional<detail::LayerTerms> encoder_terms_, decoder_terms_;  // every mode's: use()
   };
+
+  // The bottleneck time and per-stage bytes of bottleneck_ms_and_bytes() (tp = 1),
+  // from layers in their current mode.
+  double bottleneck_of(LayerCosts& layers, std::span<std::int64_t> bytes) const {
+    const std::size_t p = stages_.size();
+    double time_ms = 0;
+    for (std::size_t s = 0; s < p; ++s) {
+      const std::size_t first = same_as_[s];
+      if (first != s) {  // its time is already in the max
+        bytes[s] = bytes[first];
+        bytes[p + s] = bytes[p + first];
+        continue;
+      }
+      const LayerCost total = stage_total(stages_[s], layers);
+      time_ms = std::max(time_ms, total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms));
+      bytes[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes));
+      bytes[p + s] = static_cast<std::int64_t>(std::ceil(total.peak_bytes));
+    }
+    return time_ms;
+  }
 
   // The stage's layers summed (before tensor-parallel communication): times and stored
   // bytes added up, peak the largest piece's.

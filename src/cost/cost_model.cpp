@@ -64,6 +64,26 @@ double CostModel::bottleneck_ms_and_bytes(const MicroBatchShape& shape,
   return time_ms;
 }
 
+void CostModel::bottleneck_ms_and_bytes_modes(const MicroBatchShape& shape,
+                                              const AttentionDensity& density,
+                                              std::span<const Recompute> modes,
+                                              std::span<StageCost> scratch,
+                                              std::span<double> times,
+                                              std::span<std::int64_t> bytes) const {
+  const std::size_t p = static_cast<std::size_t>(num_stages());
+  DYNAPIPE_CHECK(times.size() == modes.size() && bytes.size() == 2 * p * modes.size(),
+                 cat("bottleneck_ms_and_bytes_modes: ", times.size(), " times and ", bytes.size(),
+                     " byte slots for ", modes.size(), " modes of ", p, " stages"));
+  for (std::size_t k = 0; k < modes.size(); ++k) {
+    times[k] = bottleneck_ms_and_bytes(shape, density, modes[k], scratch,
+                                       bytes.subspan(2 * p * k, 2 * p));
+  }
+}
+
+std::optional<AffineTimeBound> CostModel::affine_time_bound(Recompute) const {
+  return std::nullopt;
+}
+
 std::int64_t model_state_bytes(std::int64_t parameters, int bytes_per_element, int zero_shards) {
   DYNAPIPE_CHECK(zero_shards >= 1, cat("zero_shards ", zero_shards));
   const std::int64_t optimizer_bytes = bytes_per_element == 2 ? 12 : 2 * bytes_per_element;

@@ -2,6 +2,7 @@
 // cost/; the analytic cost model sums them per stage (docs/cost-model.md).
 #pragma once
 
+
 #include "dynapipe/core/model_kind.h"
 
 namespace dynapipe::detail {
@@ -40,10 +41,43 @@ struct LayerCost {
   }
 };
 
-LayerCost encoder_layer_cost(const LayerCoefficients& c, double batch, double seqlen, double density,
-                             Recompute recompute);
-LayerCost decoder_layer_cost(const LayerCoefficients& c, double batch, double enc_seqlen, double dec_seqlen,
-                             double self_density, double cross_density, Recompute recompute);
+// A transformer layer's cost under every recompute mode: the modes share every term but
+// what is kept and what backward recomputes, so one evaluation serves all three (the
+// varlen scans cost none and selective of a segment together).
+struct LayerTerms {
+  LayerCost common;             // times without recomputation; memory left to in()
+  double stored_none = 0;       // every activation kept
+  double working = 0;           // backward's transient peak
+  double score_bytes = 0;       // what the attention scores keep
+  double selective_bwd_ms = 0;  // recomputing the attention core in backward
+  double full_stored = 0;       // only the layer's input kept
+  // The layer's cost under `mode`.
+  LayerCost in(Recompute mode) const {
+    LayerCost cost = common;
+    switch (mode) {
+      case Recompute::None:
+        cost.stored_bytes = stored_none;
+        cost.peak_bytes = working;
+        break;
+      case Recompute::Selective:
+        cost.stored_bytes = stored_none - score_bytes;
+        cost.peak_bytes = working + score_bytes;
+        cost.bwd_input_ms += selective_bwd_ms;
+        break;
+      case Recompute::Full:
+        cost.stored_bytes = full_stored;
+        cost.peak_bytes = working + stored_none;
+        cost.bwd_input_ms += common.fwd_ms;
+        break;
+    }
+    return cost;
+  }
+};
+// One GPT layer or T5 encoder layer over `batch` rows of `seqlen` tokens.
+LayerTerms encoder_layer_terms(const LayerCoefficients& c, double batch, double seqlen, double density);
+// One T5 decoder layer: causal self-attention over dec_seqlen, cross-attention, MLP.
+LayerTerms decoder_layer_terms(const LayerCoefficients& c, double batch, double enc_seqlen,
+                               double dec_seqlen, double self_density, double cross_density);
 LayerCost embedding_cost(const LayerCoefficients& c, double tokens);
 LayerCost head_cost(const LayerCoefficients& c, double tokens);
 

@@ -747,6 +747,46 @@ TEST(BatchingPropertyTest, CacheGivesTheSameResults) {
   }
 }
 
+// The cost model's affine time bound (cost_model.h) prunes recompute modes and caps
+// segment times before any segment is costed; it must change no result, only the work:
+// the same objectives and cuts with and without it, and fewer cost-model calls with it.
+TEST(BatchingPropertyTest, AffineTimeBoundChangesNoResultAndSavesCosting) {
+  std::int64_t calls_with = 0, calls_without = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.strategy = seed % 3 == 0 ? Strategy::DynaPipePadded : Strategy::DynaPipe;
+    c.options.varlen_row_capacity = seed % 5 == 0 && c.options.strategy == Strategy::DynaPipe;
+    // Many short samples, where the bound works: up to 200 of them.
+    c.batch = c.options.kind == ModelKind::T5
+                  ? testing::random_t5_batch(seed, 40 + static_cast<int>(seed % 160), 256, 64)
+                  : testing::random_gpt_batch(seed, 40 + static_cast<int>(seed % 160), 256);
+    FakeCostParams without = c.params;
+    without.affine_bound = false;
+    const FakeCostModel with_model(c.params), without_model(without);
+    std::optional<BatchingResult> with, plain;
+    try {
+      with = make_microbatches(c.batch, with_model, c.options);
+    } catch (const Error& e) {
+      ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
+    }
+    try {
+      plain = make_microbatches(c.batch, without_model, c.options);
+    } catch (const Error& e) {
+      ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
+    }
+    calls_with += with_model.calls();
+    calls_without += without_model.calls();
+    ASSERT_EQ(with.has_value(), plain.has_value()) << "seed " << seed;
+    if (!with) continue;
+    ASSERT_EQ(with->objective_ms, plain->objective_ms) << "seed " << seed;
+    ASSERT_EQ(with->recompute, plain->recompute) << "seed " << seed;
+    for (std::size_t r = 0; r < with->replicas.size(); ++r) {
+      ASSERT_EQ(ids_of(with->replicas[r]), ids_of(plain->replicas[r])) << "seed " << seed;
+    }
+  }
+  EXPECT_LT(calls_with, calls_without);
+}
+
 // dynapipe with varlen_padded_cut (one replica, one recompute mode): exactly
 // dynapipe-padded's cut, each micro-batch one varlen row of the same members, no slower
 // and within memory; so the result's objective is never above dynapipe-padded's.

@@ -1,3 +1,5 @@
+#include <optional>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -82,6 +84,107 @@ TEST(AnalyticCostModelTest, BottleneckAndBytesEqualStageCostsExactly) {
         for (std::size_t s = 0; s < p; ++s) {
           ASSERT_EQ(bytes[s], all[s].stored_bytes) << c.model << " stage " << s;
           ASSERT_EQ(bytes[p + s], all[s].peak_bytes) << c.model << " stage " << s;
+        }
+      }
+    }
+  }
+}
+
+// bottleneck_ms_and_bytes_modes() costs several recompute modes of one micro-batch with
+// the layers' shared terms computed once (the varlen scans cost none and selective
+// together); each mode's time and bytes must equal the single-mode call bit for bit, in
+// any order of the modes, on the shared path (tp 1) and the general one (tp > 1).
+TEST(AnalyticCostModelTest, BottleneckForSeveralModesEqualsOneModeAtATimeExactly) {
+  struct Case {
+    std::string model;
+    CostModelOptions options;
+  };
+  const std::vector<Case> cases{{"gpt-6.7b", {.num_stages = 4}},
+                                {"gpt-6.7b", {.num_stages = 4, .tp = 2}},
+                                {"t5-11b", {.num_stages = 8}},
+                                {"t5-11b", {.num_stages = 3}}};
+  const std::vector<std::vector<Recompute>> mode_sets{
+      {Recompute::None, Recompute::Selective},
+      {Recompute::Selective, Recompute::None},
+      {Recompute::None, Recompute::Selective, Recompute::Full},
+      {Recompute::Full},
+      {Recompute::Full, Recompute::None}};
+  Rng rng(11);
+  for (const Case& c : cases) {
+    auto m = make_cost_model("analytic:a100-40g", load_model_spec(c.model), c.options);
+    const std::size_t p = static_cast<std::size_t>(m->num_stages());
+    std::vector<StageCost> scratch(p);
+    std::vector<std::int64_t> one(2 * p);
+    for (int trial = 0; trial < 40; ++trial) {
+      const MicroBatchShape shape{.batch = 1 + rng.uniform_int(0, 2),
+                                  .seqlen = 8 * rng.uniform_int(1, 2000),
+                                  .dec_seqlen = c.model == "t5-11b" ? 8 * rng.uniform_int(1, 300) : 0};
+      const AttentionDensity density{.enc = rng.uniform(0.001, 1.0),
+                                     .dec = rng.uniform(0.001, 1.0)};
+      for (const std::vector<Recompute>& modes : mode_sets) {
+        std::vector<double> times(modes.size());
+        std::vector<std::int64_t> bytes(2 * p * modes.size());
+        m->bottleneck_ms_and_bytes_modes(shape, density, modes, scratch, times, bytes);
+        for (std::size_t k = 0; k < modes.size(); ++k) {
+          const double expected = m->bottleneck_ms_and_bytes(shape, density, modes[k], scratch, one);
+          ASSERT_EQ(times[k], expected) << c.model << " tp " << c.options.tp << " mode " << k;
+          for (std::size_t i = 0; i < 2 * p; ++i) {
+            ASSERT_EQ(bytes[2 * p * k + i], one[i]) << c.model << " mode " << k << " slot " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// affine_time_bound(): every stage's time is at least enc·tokens + dec·dec_tokens +
+// fixed for any micro-batch (rows, unrounded lengths, attention, mode, tensor
+// parallelism), and the line is the model's own time without attention: tight there.
+TEST(AnalyticCostModelTest, AffineTimeBoundHoldsForEveryMicroBatchAndIsTightWithoutAttention) {
+  struct Case {
+    std::string model;
+    CostModelOptions options;
+  };
+  const std::vector<Case> cases{{"gpt-6.7b", {.num_stages = 4}},
+                                {"gpt-6.7b", {.num_stages = 4, .tp = 2}},
+                                {"t5-11b", {.num_stages = 8}},
+                                {"t5-11b", {.num_stages = 3}}};
+  Rng rng(5);
+  for (const Case& c : cases) {
+    auto m = make_cost_model("analytic:a100-40g", load_model_spec(c.model), c.options);
+    const bool t5 = c.model == "t5-11b";
+    for (Recompute mode : kModes) {
+      const std::optional<AffineTimeBound> bound = m->affine_time_bound(mode);
+      ASSERT_TRUE(bound.has_value()) << c.model;
+      auto line = [&](int s, double enc, double dec) {
+        return bound->enc_ms[s] * enc + bound->dec_ms[s] * dec + bound->fixed_ms[s];
+      };
+      for (int s = 0; s < m->num_stages(); ++s) {
+        EXPECT_GT(bound->enc_ms[s], 0) << c.model << " stage " << s;
+        EXPECT_GT(bound->fixed_ms[s], 0) << c.model << " stage " << s;
+      }
+      for (int trial = 0; trial < 60; ++trial) {
+        const MicroBatchShape shape{.batch = 1 + rng.uniform_int(0, 3),
+                                    .seqlen = rng.uniform_int(1, 4000),
+                                    .dec_seqlen = t5 ? rng.uniform_int(1, 600) : 0};
+        const AttentionDensity density{.enc = rng.uniform(0.0, 1.0), .dec = rng.uniform(0.0, 1.0)};
+        const double enc = static_cast<double>(shape.batch * shape.seqlen);
+        const double dec = static_cast<double>(shape.batch * shape.dec_seqlen);
+        for (int s = 0; s < m->num_stages(); ++s) {
+          const StageCost cost = m->stage_cost(s, shape, density, mode);
+          ASSERT_GE(cost.fwd_ms + cost.bwd_ms, line(s, enc, dec))
+              << c.model << " tp " << c.options.tp << " stage " << s << " trial " << trial;
+        }
+        if (c.options.tp > 1) continue;  // communication adds time: not tight
+        // Rounded lengths and no attention: the model's time is the line itself.
+        const MicroBatchShape rounded{.batch = shape.batch, .seqlen = 8 * (1 + shape.seqlen / 8),
+                                      .dec_seqlen = t5 ? 8 * (1 + shape.dec_seqlen / 8) : 0};
+        for (int s = 0; s < m->num_stages(); ++s) {
+          const StageCost cost = m->stage_cost(s, rounded, {.enc = 0, .dec = 0}, mode);
+          const double expected = line(s, static_cast<double>(rounded.batch * rounded.seqlen),
+                                       static_cast<double>(rounded.batch * rounded.dec_seqlen));
+          EXPECT_NEAR(cost.fwd_ms + cost.bwd_ms, expected, 1e-5 * expected)
+              << c.model << " stage " << s << " trial " << trial;
         }
       }
     }

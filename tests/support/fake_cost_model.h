@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ struct FakeCostParams {
   std::int64_t peak_bytes_per_token = 0;
   std::int64_t static_bytes = 0;
   std::int64_t weight_bytes = 0;
+  // affine_time_bound(): the exact line without attention (true), or none (false).
+  bool affine_bound = true;
 };
 
 class FakeCostModel final : public CostModel {
@@ -100,6 +103,25 @@ class FakeCostModel final : public CostModel {
   double p2p_ms(std::int64_t) const override { return 0; }
   double allreduce_ms(std::int64_t, int) const override { return 0; }
   std::string describe() const override { return "fake"; }
+  // fwd + bwd = k·scale·(fixed + per_token·tokens + attention), k = 3, 3 + selective_extra
+  // or 4 by mode: without the attention term a lower bound, shaved against rounding.
+  std::optional<AffineTimeBound> affine_time_bound(Recompute recompute) const override {
+    if (!params_.affine_bound) return std::nullopt;
+    const double k = recompute == Recompute::None        ? 3
+                     : recompute == Recompute::Selective ? 3 + params_.selective_extra
+                                                         : 4;
+    AffineTimeBound bound;
+    for (int s = 0; s < params_.num_stages; ++s) {
+      const double scale = params_.stage_scale.empty()
+                               ? 1.0
+                               : params_.stage_scale[static_cast<std::size_t>(s)];
+      const double per_token = k * scale * params_.ms_per_token * (1 - 1e-9);
+      bound.enc_ms.push_back(per_token);
+      bound.dec_ms.push_back(per_token);
+      bound.fixed_ms.push_back(k * scale * params_.fixed_ms * (1 - 1e-9));
+    }
+    return bound;
+  }
 
   // stage_cost() calls so far (tests of caching).
   std::int64_t calls() const { return calls_.load(std::memory_order_relaxed); }

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,6 +35,18 @@ struct StageCost {
   std::int64_t output_bytes = 0;  // activation sent to the next stage (= gradient sent back);
                                   // 0 on the last stage
   friend bool operator==(const StageCost&, const StageCost&) = default;
+};
+
+// A lower bound of each stage's time (fwd_ms + bwd_ms) that is affine in a micro-batch's
+// tokens: for every micro-batch M with at least one encoder token (T5: and one decoder
+// token), any rows, lengths and attention, stage s takes at least
+//   enc_ms[s]·enc(M) + dec_ms[s]·dec(M) + fixed_ms[s],
+// enc(M), dec(M) its encoder (GPT: all) and decoder tokens before rounding (T5's decoder
+// reads target + 1 per sample). Every entry >= 0. Summed over a partition into K
+// micro-batches it bounds Σ t by the fixed time K·fixed_ms[s] as well, which the varlen
+// DP's "every sample in one micro-batch" bound lacks (docs/batching.md).
+struct AffineTimeBound {
+  std::vector<double> enc_ms, dec_ms, fixed_ms;  // per stage
 };
 
 struct CostModelOptions {
@@ -80,6 +93,19 @@ class CostModel {
                                          const AttentionDensity& density, Recompute recompute,
                                          std::span<StageCost> scratch,
                                          std::span<std::int64_t> bytes) const;
+  // bottleneck_ms_and_bytes() for several recompute modes of one micro-batch: times[k]
+  // and bytes[2p·k, 2p·(k + 1)) are its results for modes[k], equal to them. The default
+  // calls it once per mode; the analytic model shares what the modes have in common
+  // (every layer's terms but what is kept and recomputed), so the varlen scans cost
+  // none and selective for about the price of one.
+  virtual void bottleneck_ms_and_bytes_modes(const MicroBatchShape& shape,
+                                             const AttentionDensity& density,
+                                             std::span<const Recompute> modes,
+                                             std::span<StageCost> scratch,
+                                             std::span<double> times,
+                                             std::span<std::int64_t> bytes) const;
+  // The model's AffineTimeBound under `recompute`; nullopt (the default): none known.
+  virtual std::optional<AffineTimeBound> affine_time_bound(Recompute recompute) const;
   // Parameters + gradients + optimizer states held by `stage` for the whole run.
   virtual std::int64_t static_bytes(int stage) const = 0;
   // One copy of the stage's parameters at the device's element size: what a gradient
