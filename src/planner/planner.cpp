@@ -337,7 +337,7 @@ Choice Planner::Impl::quick_search(const GlobalBatch& batch,
 std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
     ScheduleKind schedule, std::span<const MicroBatch> microbatches, Recompute recompute) const {
   const std::vector<ScheduleKind> kinds =
-      schedule == ScheduleKind::Auto ? schedule_kinds() : std::vector<ScheduleKind>{schedule};
+      schedule == ScheduleKind::Auto ? auto_schedule_kinds(*cost) : std::vector<ScheduleKind>{schedule};
   std::vector<SearchCandidate> candidates;
   std::optional<PipelineProblem> plain, interleaved;
   for (ScheduleKind kind : kinds) {

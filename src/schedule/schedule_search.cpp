@@ -278,6 +278,12 @@ PipelineProblem make_pipeline_problem(const CostModel& model,
   return problem;
 }
 
+std::vector<ScheduleKind> auto_schedule_kinds(const CostModel& model) {
+  std::vector<ScheduleKind> kinds = schedule_kinds();
+  if (model.device().name == "cpu") std::erase(kinds, ScheduleKind::CriticalPath);
+  return kinds;
+}
+
 std::vector<SearchCandidate> make_search_candidates(ScheduleKind schedule,
                                                     const CostModel& model,
                                                     const CostModel* interleaved_model,
@@ -290,7 +296,7 @@ std::vector<SearchCandidate> make_search_candidates(ScheduleKind schedule,
   }
   const bool everything = schedule == ScheduleKind::Auto;
   const std::vector<ScheduleKind> kinds =
-      everything ? schedule_kinds() : std::vector<ScheduleKind>{schedule};
+      everything ? auto_schedule_kinds(model) : std::vector<ScheduleKind>{schedule};
   int chunks = 0;
   if (interleaved_model != nullptr) {
     chunks = interleaved_model->num_stages() / num_devices;

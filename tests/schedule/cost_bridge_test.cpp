@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 #include "dynapipe/core/error.h"
 #include "dynapipe/schedule/schedule_search.h"
 
@@ -14,7 +17,8 @@ using ::testing::HasSubstr;
 // Time and memory proportional to tokens; recompute trades memory for backward time.
 class FixedCostModel final : public CostModel {
  public:
-  explicit FixedCostModel(int num_stages) : stages_(num_stages) {
+  explicit FixedCostModel(int num_stages, std::string device = "fixed") : stages_(num_stages) {
+    device_.name = std::move(device);
     device_.link_latency_ms = 0.02;
     device_.link_bandwidth_gbs = 10;
   }
@@ -105,6 +109,24 @@ TEST(CostBridgeTest, AutoCandidatesCoverScheduleTimesRecompute) {
   EXPECT_TRUE(r.sim.fits_memory);
   EXPECT_EQ(make_search_candidates(ScheduleKind::OneFOneB, model, nullptr, mbs, 4, 0).size(), 3u);
   EXPECT_THROW(make_search_candidates(ScheduleKind::Interleaved, model, nullptr, mbs, 4, 0), Error);
+}
+
+// auto leaves critical-path out where the plan is for the CPU runtime (its eager forwards
+// measured slower there than their estimate); by name it is still a candidate.
+TEST(CostBridgeTest, AutoOnTheCpuDeviceLeavesCriticalPathOut) {
+  const FixedCostModel cpu(4, "cpu"), gpu(4, "a100-40g");
+  const auto mbs = microbatches({128, 512, 256, 64});
+  auto schedules = [&](const CostModel& model) {
+    std::vector<ScheduleKind> kinds;
+    for (const auto& c : make_search_candidates(ScheduleKind::Auto, model, nullptr, mbs, 4, 0)) {
+      if (c.recompute == Recompute::None) kinds.push_back(c.schedule);
+    }
+    return kinds;
+  };
+  EXPECT_THAT(schedules(gpu), ::testing::Contains(ScheduleKind::CriticalPath));
+  EXPECT_THAT(schedules(cpu), ::testing::Not(::testing::Contains(ScheduleKind::CriticalPath)));
+  EXPECT_EQ(schedules(cpu).size() + 1, schedules(gpu).size());
+  EXPECT_EQ(make_search_candidates(ScheduleKind::CriticalPath, cpu, nullptr, mbs, 4, 0).size(), 3u);
 }
 
 TEST(CostBridgeTest, TightMemoryPicksRecomputation) {

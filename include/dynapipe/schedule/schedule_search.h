@@ -93,7 +93,16 @@ PipelineProblem make_pipeline_problem(const CostModel& model,
                                       Recompute recompute, const PipelineLayout& layout,
                                       std::int64_t memory_limit_bytes);
 
-// Candidates for `--schedule` `schedule` (Auto = every applicable schedule) x the three
+// The schedules `--schedule auto` searches for plans costed by `model`: schedule_kinds(),
+// but on the CPU device (a cost model whose device is "cpu": analytic:cpu, a profile taken
+// on this runtime) without critical-path. Its eager forwards keep more activations alive
+// than any other schedule, which on the CPU runtime costs page faults and cache misses the
+// cost model does not see: measured, gpt-tiny pp 2 trained at 4,758 tokens/s under it
+// against 5,584 under wait-free-cyclic, though it was estimated faster (docs/RESULTS.md).
+// `--schedule critical-path` still runs it there.
+std::vector<ScheduleKind> auto_schedule_kinds(const CostModel& model);
+
+// Candidates for `--schedule` `schedule` (Auto = auto_schedule_kinds(model)) x the three
 // recompute modes. `model` is built for num_devices stages; `interleaved_model`, when
 // non-null, for num_devices * chunks stages (chunks >= 2) and is used only for
 // Interleaved. Interleaved without an interleaved_model is skipped under Auto and
