@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -168,8 +169,14 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         break;
       }
       any_applies = true;
-      simulator.run(problem, *order, SimOptions{.record = false}, &scratch);
+      // Once something fits, a run stops where it can no longer beat it.
+      simulator.run(problem, *order,
+                    SimOptions{.record = false,
+                               .stop_at_ms = best >= 0 ? best_ms
+                                                       : std::numeric_limits<double>::infinity()},
+                    &scratch);
       ++result.simulations;
+      if (scratch.stopped) continue;
       if (!scratch.fits_memory) {
         for (int d = 0; d < problem.layout.num_devices; ++d) {
           const std::int64_t excess = scratch.peak_memory_bytes[d] - problem.memory_limit_bytes;

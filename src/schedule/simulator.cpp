@@ -291,6 +291,10 @@ std::size_t Simulator::run_ops(const Run& run) {
       device_free_[d] = end;
       run.result->busy_ms[d] += end - start;
       makespan = std::max(makespan, end);
+      if (end >= run.options.stop_at_ms) {
+        run.result->stopped = true;
+        return ops_run + 1;
+      }
       if (run.options.record) run.result->timeline.push_back(TimedOp{op, d, start, end});
       finish(run, d, op, end);
       if (barriers) end_op_of_cycle(run.order.op_cycle[d][i], end);
@@ -314,7 +318,10 @@ void Simulator::run(const PipelineProblem& problem, const ScheduleOrder& order,
   result->busy_ms.assign(problem.num_sim_devices(), 0.0);
 
   const Run run{problem, order, options, result, problem.num_stages()};
-  if (run_ops(run) != total_ops) throw_blocked(problem, order);
+  result->stopped = false;
+  const std::size_t ops_run = run_ops(run);
+  if (result->stopped) return;
+  if (ops_run != total_ops) throw_blocked(problem, order);
   compute_memory(problem, order, result);
   if (options.record) sort_records(result);
 }

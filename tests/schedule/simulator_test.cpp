@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/rng.h"
 #include "dynapipe/schedule/schedule.h"
 #include "schedule/schedule_test_util.h"
 
@@ -346,6 +347,41 @@ TEST(SimulatorTest, EmptyProblemTakesNoTime) {
     auto order = make_schedule(name)->build(p, nullptr);
     ASSERT_TRUE(order) << name;
     EXPECT_DOUBLE_EQ(simulate(p, *order).makespan_ms, 0.0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace dynapipe
+
+namespace dynapipe {
+namespace {
+
+// stop_at_ms: a run stops once an op ends at or after the bound (its makespan is at least
+// that), and a bound above the makespan changes nothing. Random problems and schedules.
+TEST(SimulatorTest, StopAtBoundsTheMakespanFromBelow) {
+  Rng rng(7);
+  Simulator simulator;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int devices = static_cast<int>(rng.uniform_int(1, 4));
+    const int m = static_cast<int>(rng.uniform_int(1, 8));
+    const PipelineProblem problem = testing::random_problem(rng, m, devices, 1);
+    const auto order = make_schedule(ScheduleKind::OneFOneB)->build(problem, nullptr);
+    ASSERT_TRUE(order.has_value());
+    SimResult full, bounded;
+    simulator.run(problem, *order, SimOptions{.record = false}, &full);
+    ASSERT_FALSE(full.stopped);
+    simulator.run(problem, *order, SimOptions{.record = false, .stop_at_ms = full.makespan_ms * 1.01},
+                  &bounded);
+    EXPECT_FALSE(bounded.stopped);
+    EXPECT_EQ(bounded.makespan_ms, full.makespan_ms);
+    EXPECT_EQ(bounded.peak_memory_bytes, full.peak_memory_bytes);
+    // At the makespan itself (a tie cannot win a search) and below it, the run stops.
+    simulator.run(problem, *order, SimOptions{.record = false, .stop_at_ms = full.makespan_ms},
+                  &bounded);
+    EXPECT_TRUE(bounded.stopped);
+    simulator.run(problem, *order, SimOptions{.record = false, .stop_at_ms = full.makespan_ms * 0.5},
+                  &bounded);
+    EXPECT_TRUE(bounded.stopped);
   }
 }
 

@@ -119,6 +119,9 @@ struct SimResult {
   std::vector<std::int64_t> peak_memory_bytes;  // [device], static included
   std::vector<PipelineOp> peak_op;           // [device] the op during which the peak is reached
   bool fits_memory = true;                   // every device's peak <= memory limit
+  // SimOptions::stop_at_ms was reached: the makespan is at least that; the other fields
+  // are unspecified.
+  bool stopped = false;
 };
 
 }  // namespace dynapipe

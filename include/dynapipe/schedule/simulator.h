@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "dynapipe/schedule/pipeline.h"
@@ -44,6 +45,11 @@ struct SimOptions {
   // Fill SimResult::timeline and ::transfers (sorted). Off = makespan, busy and memory
   // only, which is what a search needs for each candidate. Default: on.
   bool record = true;
+  // Stop as soon as an op ends at or after this time (SimResult::stopped): a search whose
+  // best makespan so far is this needs no more of a run that cannot beat it (ties keep
+  // the earlier candidate). Ops are resolved in dependency order, not time order, but any
+  // op's end bounds the makespan from below, so stopping is exact.
+  double stop_at_ms = std::numeric_limits<double>::infinity();
 };
 
 // Simulator with scratch buffers reused across runs, so that repeated runs (a search)
