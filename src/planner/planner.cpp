@@ -176,19 +176,30 @@ struct Choice {
 // Searches are deterministic, so a repeat gives that choice's result: T5-11B pp 8 plans
 // of short samples cut the same micro-batches under ~3 of ~14 targets (the row-capacity
 // cut often is the packed-rows cut).
+// Whether `choice` runs exactly `microbatches_of(r)` on its replica r, for r < `replicas`.
+bool runs_cut(const Choice& choice, std::size_t replicas, auto&& microbatches_of) {
+  if (choice.replicas.size() != replicas) return false;
+  for (std::size_t r = 0; r < replicas; ++r) {
+    if (choice.replicas[r].microbatches != microbatches_of(r)) return false;
+  }
+  return true;
+}
+
+// Whether two plans run the same micro-batches, replica by replica.
+bool same_cut(const Choice& a, const Choice& b) {
+  return runs_cut(a, b.replicas.size(),
+                  [&](std::size_t r) -> const std::vector<MicroBatch>& { return b.replicas[r].microbatches; });
+}
+
 const Choice* same_quick_search(const std::vector<Choice>& ranked,
                                 const std::vector<std::vector<MicroBatch>>& replicas,
                                 ScheduleKind schedule, Recompute recompute) {
   for (const Choice& c : ranked) {
-    if (c.schedule != schedule || c.dp_recompute != recompute ||
-        c.replicas.size() != replicas.size()) {
-      continue;
+    if (c.schedule == schedule && c.dp_recompute == recompute &&
+        runs_cut(c, replicas.size(),
+                 [&](std::size_t r) -> const std::vector<MicroBatch>& { return replicas[r]; })) {
+      return &c;
     }
-    bool same = true;
-    for (std::size_t r = 0; r < replicas.size() && same; ++r) {
-      same = c.replicas[r].microbatches == replicas[r];
-    }
-    if (same) return &c;
   }
   return nullptr;
 }
@@ -631,16 +642,11 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   auto search_in_full = [&](const Choice& ranked_choice, bool own_mode = false) -> double {
     for (const Searched& s : searched) {
       const Choice& other = *s.ranked_choice;
-      if (s.own_mode != own_mode || other.schedule != ranked_choice.schedule ||
-          (own_mode && other.dp_recompute != ranked_choice.dp_recompute) ||
-          other.replicas.size() != ranked_choice.replicas.size()) {
-        continue;
+      if (s.own_mode == own_mode && other.schedule == ranked_choice.schedule &&
+          (!own_mode || other.dp_recompute == ranked_choice.dp_recompute) &&
+          same_cut(other, ranked_choice)) {
+        return s.est_ms;
       }
-      bool same = true;
-      for (std::size_t r = 0; r < other.replicas.size() && same; ++r) {
-        same = other.replicas[r].microbatches == ranked_choice.replicas[r].microbatches;
-      }
-      if (same) return s.est_ms;
     }
     std::vector<std::vector<MicroBatch>> replicas;
     for (const ReplicaChoice& replica : ranked_choice.replicas) {
@@ -698,13 +704,6 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   // Random orders for the chosen plan and for the baseline cuts searched in full: given
   // the same search, packing-varlen's own plan beat the DP's at T5-11B pp 8 4096
   // (6813.0 vs 6834.8 ms), so dynapipe searches those cuts the same way.
-  auto same_cut = [](const Choice& a, const Choice& b) {
-    if (a.replicas.size() != b.replicas.size()) return false;
-    for (std::size_t r = 0; r < a.replicas.size(); ++r) {
-      if (a.replicas[r].microbatches != b.replicas[r].microbatches) return false;
-    }
-    return true;
-  };
   const Choice chosen_before = *choice;
   choice = with_random_orders(batch, std::move(*choice));
   for (Choice& full : baseline_full) {

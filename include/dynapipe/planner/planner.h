@@ -55,8 +55,9 @@ struct PlannerOptions {
   bool padded_cut = true;
   // dynapipe: also simulate packing-varlen's and token-based's micro-batches (cut by
   // those strategies under their own 1F1B rule) run varlen, one block-diagonal row each
-  // (batching/varlen_regroup.h), ranked by a quick search, the better one searched again
-  // with permuted orders when it comes within 2% of the best full result. Default: true.
+  // (batching/varlen_regroup.h), ranked by a quick search, each searched again with
+  // permuted orders when it comes within 10% of the best full result (2% where that plan
+  // idles at most 15%; docs/batching.md "Baseline cuts"). Default: true.
   bool baseline_cuts = true;
   // Every strategy (dynapipe also on the baseline cut it searched in full): where the best
   // plan's devices idle more than a fifth of its makespan (fill, drain, stalls between
