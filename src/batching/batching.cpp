@@ -124,17 +124,10 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
     const MicroBatch merged =
         detail::make_varlen_microbatch(samples, all, options.kind, options.seqlen_multiple);
     known.merged_ms = detail::cost_of(costs, merged).time_ms;
-    double enc = 0, dec = 0;
-    known.every_sample_has_tokens = true;
+    known.tokens = {};
     for (const Sample& sample : samples) {
-      const detail::ModelLengths l = detail::model_lengths(sample, options.kind);
-      enc += static_cast<double>(l.enc);
-      dec += static_cast<double>(l.dec);
-      known.every_sample_has_tokens = known.every_sample_has_tokens && l.enc > 0 &&
-                                      (options.kind != ModelKind::T5 || l.dec > 0);
+      known.tokens.add(detail::model_lengths(sample, options.kind), options.kind);
     }
-    known.enc_tokens = enc;
-    known.dec_tokens = dec;
     known.valid = true;
   }
   // The affine bound first: it needs no sample costed alone. True if on some stage
@@ -142,9 +135,9 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
   // where Σ alone reaches it need no look, nor K past one that stays below.
   auto affine_rules_out = [&](double slowest_ms) {
     const std::optional<AffineTimeBound>& affine = costs.affine_bound();
-    if (!affine || !known.every_sample_has_tokens) return false;
+    if (!affine || !known.tokens.every_sample_has_tokens) return false;
     for (std::size_t s = 0; s < affine->fixed_ms.size(); ++s) {
-      const double work = affine->enc_ms[s] * known.enc_tokens + affine->dec_ms[s] * known.dec_tokens;
+      const double work = affine->work_ms(s, known.tokens.enc, known.tokens.dec);
       const double fixed = affine->fixed_ms[s];
       bool below = false;
       for (std::size_t k = 1; k <= samples.size() && !below; ++k) {  // K micro-batches

@@ -103,6 +103,18 @@ struct ModelLengths {
 };
 ModelLengths model_lengths(const Sample& sample, ModelKind kind);
 
+// Model tokens summed over a set of samples, and whether the cost model's affine bound
+// applies to each of them (cost_model.h: an encoder token, and for T5 a decoder token).
+struct TokenTotals {
+  double enc = 0, dec = 0;
+  bool every_sample_has_tokens = true;
+  void add(const ModelLengths& l, ModelKind kind) {
+    enc += static_cast<double>(l.enc);
+    dec += static_cast<double>(l.dec);
+    every_sample_has_tokens = every_sample_has_tokens && l.enc > 0 && (kind != ModelKind::T5 || l.dec > 0);
+  }
+};
+
 // One micro-batch of whole samples, one per row, padded to the longest.
 MicroBatch make_padded_microbatch(std::span<const Sample> samples,
                                   std::span<const std::size_t> members, ModelKind kind,

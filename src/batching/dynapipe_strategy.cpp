@@ -203,15 +203,8 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
       joint_bytes_.resize(2 * stride_);
     }
     lengths_.reserve(seq.size());
-    bool every_sample_has_tokens = true;  // the affine bound's condition (cost_model.h)
-    for (std::size_t k : seq) {
-      const ModelLengths& l = lengths_.emplace_back(model_lengths(samples[k], kind));
-      total_enc_ += static_cast<double>(l.enc);
-      total_dec_ += static_cast<double>(l.dec);
-      every_sample_has_tokens = every_sample_has_tokens && l.enc > 0 &&
-                                (kind != ModelKind::T5 || l.dec > 0);
-    }
-    if (every_sample_has_tokens) affine_ = costs_.affine_bound() ? &*costs_.affine_bound() : nullptr;
+    for (std::size_t k : seq) tokens_.add(lengths_.emplace_back(model_lengths(samples[k], kind)), kind);
+    if (tokens_.every_sample_has_tokens && costs_.affine_bound()) affine_ = &*costs_.affine_bound();
     fit_ = &rows_.fits_for(costs_.rule_key(rule_));
     if (enc_cap_ > 0) {  // per row: how many samples fit the capacities
       cap_count_.resize(seq.size());
@@ -301,7 +294,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     const double n = static_cast<double>(size());
     double best = 0;
     for (std::size_t s = 0; s < affine_->fixed_ms.size(); ++s) {
-      const double work = affine_->enc_ms[s] * total_enc_ + affine_->dec_ms[s] * total_dec_;
+      const double work = affine_->work_ms(s, tokens_.enc, tokens_.dec);
       const double fixed = affine_->fixed_ms[s];
       double count = 1;  // micro-batches, at least
       if (work > 0) {
@@ -422,7 +415,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   std::array<Recompute, 2> modes_{};   // this scanner's mode, the partner's
   std::vector<std::int64_t> joint_bytes_;  // one joint evaluation's bytes, both modes
   std::vector<ModelLengths> lengths_;  // model lengths in sequence order
-  double total_enc_ = 0, total_dec_ = 0;  // Σ over the sequence
+  TokenTotals tokens_;                 // over the sequence
   const AffineTimeBound* affine_ = nullptr;  // costs_'s, where it applies (constructor)
   std::vector<VarlenRows::Fit>* fit_;  // per row, under rule_ (kept in rows_ for later DPs)
   std::int64_t enc_cap_ = 0, dec_cap_ = 0;

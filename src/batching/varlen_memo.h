@@ -7,15 +7,16 @@
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/core/strategy.h"
+#include "costing.h"
 
 namespace dynapipe::detail {
 
@@ -86,8 +87,7 @@ struct VarlenMemoStore {
   struct Bound {
     bool valid = false;      // merged_ms and the token sums
     double merged_ms = 0;    // every sample in one varlen micro-batch
-    double enc_tokens = 0, dec_tokens = 0;  // Σ over the samples (for the affine bound)
-    bool every_sample_has_tokens = false;   // the affine bound applies (cost_model.h)
+    TokenTotals tokens;      // over the samples (for the affine bound)
     bool has_slowest = false;
     double slowest_ms = 0;   // the slowest sample alone
   };

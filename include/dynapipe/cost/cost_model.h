@@ -47,6 +47,11 @@ struct StageCost {
 // DP's "every sample in one micro-batch" bound lacks (docs/batching.md).
 struct AffineTimeBound {
   std::vector<double> enc_ms, dec_ms, fixed_ms;  // per stage
+
+  // The token-proportional part on stage s for `enc` encoder and `dec` decoder tokens.
+  double work_ms(std::size_t s, double enc, double dec) const {
+    return enc_ms[s] * enc + dec_ms[s] * dec;
+  }
 };
 
 struct CostModelOptions {
