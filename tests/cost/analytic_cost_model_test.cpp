@@ -1,4 +1,5 @@
 #include <optional>
+#include <utility>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -22,6 +23,16 @@ const std::vector<PaperModelCase>& paper_model_cases() {
                                                  {"t5-11b", {.num_stages = 8}},
                                                  {"t5-11b", {.num_stages = 3}}};
   return cases;
+}
+
+// A random micro-batch of 1 + [0, extra_rows] rows of up to 16,000 tokens (T5: and up to
+// 2,400 decoder tokens), multiples of 8, and a random attention density.
+std::pair<MicroBatchShape, AttentionDensity> random_microbatch(Rng& rng, bool t5, int extra_rows) {
+  const MicroBatchShape shape{.batch = 1 + rng.uniform_int(0, extra_rows),
+                              .seqlen = 8 * rng.uniform_int(1, 2000),
+                              .dec_seqlen = t5 ? 8 * rng.uniform_int(1, 300) : 0};
+  const AttentionDensity density{.enc = rng.uniform(0.001, 1.0), .dec = rng.uniform(0.001, 1.0)};
+  return {shape, density};
 }
 
 using ::testing::HasSubstr;
@@ -80,11 +91,7 @@ TEST(AnalyticCostModelTest, BottleneckAndBytesEqualStageCostsExactly) {
     std::vector<StageCost> all(p), scratch(p);
     std::vector<std::int64_t> bytes(2 * p);
     for (int trial = 0; trial < 50; ++trial) {
-      const MicroBatchShape shape{.batch = 1 + rng.uniform_int(0, 3),
-                                  .seqlen = 8 * rng.uniform_int(1, 2000),
-                                  .dec_seqlen = c.model == "t5-11b" ? 8 * rng.uniform_int(1, 300) : 0};
-      const AttentionDensity density{.enc = rng.uniform(0.001, 1.0),
-                                     .dec = rng.uniform(0.001, 1.0)};
+      const auto [shape, density] = random_microbatch(rng, c.model == "t5-11b", 3);
       for (Recompute mode : kModes) {
         m->stage_costs(shape, density, mode, all);
         double expected = 0;
@@ -119,11 +126,7 @@ TEST(AnalyticCostModelTest, BottleneckForSeveralModesEqualsOneModeAtATimeExactly
     std::vector<StageCost> scratch(p);
     std::vector<std::int64_t> one(2 * p);
     for (int trial = 0; trial < 40; ++trial) {
-      const MicroBatchShape shape{.batch = 1 + rng.uniform_int(0, 2),
-                                  .seqlen = 8 * rng.uniform_int(1, 2000),
-                                  .dec_seqlen = c.model == "t5-11b" ? 8 * rng.uniform_int(1, 300) : 0};
-      const AttentionDensity density{.enc = rng.uniform(0.001, 1.0),
-                                     .dec = rng.uniform(0.001, 1.0)};
+      const auto [shape, density] = random_microbatch(rng, c.model == "t5-11b", 2);
       for (const std::vector<Recompute>& modes : mode_sets) {
         std::vector<double> times(modes.size());
         std::vector<std::int64_t> bytes(2 * p * modes.size());
