@@ -100,6 +100,55 @@ TEST(ScheduleSearchTest, ReportsTheSmallestViolationWhenNothingFits) {
   }
 }
 
+// Five micro-batches of sizes 3, 1, 5, 2, 4 on 2 stages.
+PipelineProblem five_sizes_problem() {
+  PipelineProblem p = uniform_problem(5, 2, 1.0, 2.0);
+  const double sizes[] = {3, 1, 5, 2, 4};
+  for (int mb = 0; mb < 5; ++mb) {
+    for (auto& c : p.costs[mb]) {
+      c.fwd_ms *= sizes[mb];
+      c.bwd_ms *= sizes[mb];
+      c.bwd_input_ms *= sizes[mb];
+      c.bwd_weight_ms *= sizes[mb];
+    }
+  }
+  return p;
+}
+
+// Sizes 3, 1, 5, 2, 4: longest first is 2 4 0 3 1; the organ pipe rises to the
+// longest and falls again (sizes 1 3 5 4 2); the smallest first puts 1 ahead of the rest.
+TEST(ScheduleSearchTest, OrdersTriedAreHandChecked) {
+  const PipelineProblem p = five_sizes_problem();
+  const SearchOptions options;
+  const std::vector<std::vector<int>> orders = micro_batch_orders(p, /*permute=*/true, options);
+  ASSERT_EQ(orders.size(), 8u);  // options.max_orders
+  EXPECT_EQ(orders[0], (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(orders[1], (std::vector<int>{1, 0, 2, 4, 3}));
+  EXPECT_EQ(orders[2], (std::vector<int>{2, 4, 0, 3, 1}));
+  EXPECT_EQ(orders[3], (std::vector<int>{1, 2, 4, 0, 3}));
+  // Then the cluster orders ({2, 4}, {0}, {3}, {1}; the first is longest first again).
+  EXPECT_EQ(orders[4], (std::vector<int>{2, 4, 0, 1, 3}));
+  for (std::size_t i = 0; i < orders.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) EXPECT_NE(orders[i], orders[j]) << i << " repeats " << j;
+  }
+  EXPECT_EQ(micro_batch_orders(p, /*permute=*/false, options),
+            (std::vector<std::vector<int>>{{0, 1, 2, 3, 4}}));
+}
+
+// At pp 2 the organ pipe wins: the smallest micro-batch fills the pipeline and the second
+// smallest drains it, where longest first starts stage 1 only after the largest forward.
+TEST(ScheduleSearchTest, OrganPipeShortensFillAndDrain) {
+  const PipelineProblem p = five_sizes_problem();
+  const SearchResult r = search_schedule(candidates_for({"wait-free-cyclic"}, p));
+  EXPECT_EQ(r.mb_order, (std::vector<int>{1, 0, 2, 4, 3}));
+  SearchOptions longest_first;
+  longest_first.permute = false;
+  PipelineProblem sorted = p;
+  for (int i = 0; const int mb : {2, 4, 0, 3, 1}) sorted.costs[i++] = p.costs[mb];
+  const SearchResult longest = search_schedule(candidates_for({"wait-free-cyclic"}, sorted), longest_first);
+  EXPECT_LT(r.sim.makespan_ms, longest.sim.makespan_ms);
+}
+
 TEST(ScheduleSearchTest, PermutedOrdersSpeakOriginalIds) {
   const PipelineProblem p = heterogeneous_problem();
   SearchOptions options;

@@ -37,9 +37,7 @@ struct SearchCandidate {
 };
 
 struct SearchOptions {
-  // Try other micro-batch orders for adaptive schedules: as given, longest first, and
-  // every order of k quantile clusters of the micro-batches' total time (k = 3 when
-  // more than 20 micro-batches, else 4; all m! orders when m <= k). Default: on.
+  // Try other micro-batch orders for adaptive schedules (micro_batch_orders()). Default: on.
   bool permute = true;
   // Also permute the fixed schedules (gpipe, 1f1b, interleaved). Default: off.
   bool permute_fixed = false;
@@ -56,6 +54,18 @@ struct SearchOptions {
   bool record_winner = true;
   void validate() const;  // throws InvalidArgument naming the field
 };
+
+// The micro-batch orders search_schedule() tries for one candidate (permute: the problem's
+// schedule is adaptive or SearchOptions::permute_fixed), identity first, without repeats,
+// at most options.max_orders: as given; the organ pipe (by Σ over stages of fwd + bwd,
+// ascending to the longest in the middle, then descending); longest first; the smallest
+// first, then the rest longest first; every order of k clusters (quantiles of the
+// longest-first order, ids ascending inside a cluster; k = 3 for more than 20
+// micro-batches, else 4; all m! orders when m <= k), as the reference's
+// cluster-permutation search does with k-means; then options.random_orders seeded
+// shuffles. Without permute: the identity alone.
+std::vector<std::vector<int>> micro_batch_orders(const PipelineProblem& problem, bool permute,
+                                                 const SearchOptions& options);
 
 struct SearchResult {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
