@@ -176,6 +176,14 @@ struct Choice {
 // Searches are deterministic, so a repeat gives that choice's result: T5-11B pp 8 plans
 // of short samples cut the same micro-batches under ~3 of ~14 targets (the row-capacity
 // cut often is the packed-rows cut).
+// Each replica's micro-batches of a choice, as search_replicas() takes them.
+std::vector<std::vector<MicroBatch>> replica_microbatches(const Choice& choice) {
+  std::vector<std::vector<MicroBatch>> replicas;
+  replicas.reserve(choice.replicas.size());
+  for (const ReplicaChoice& replica : choice.replicas) replicas.push_back(replica.microbatches);
+  return replicas;
+}
+
 // Whether `choice` runs exactly `microbatches_of(r)` on its replica r, for r < `replicas`.
 bool runs_cut(const Choice& choice, std::size_t replicas, auto&& microbatches_of) {
   if (choice.replicas.size() != replicas) return false;
@@ -605,12 +613,10 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
 // that no baseline is compared without the search its rival had.
 Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice) const {
   if (options.random_orders <= 0 || !(idle_share(choice) > kRandomOrdersIdleShare)) return choice;
-  std::vector<std::vector<MicroBatch>> replicas;
-  for (const ReplicaChoice& replica : choice.replicas) replicas.push_back(replica.microbatches);
   const SearchResult& chosen = choice.replicas.front().best;
-  Choice again = search_replicas(batch, replicas, choice.schedule, /*quick=*/true,
-                                 chosen.recompute, /*permute=*/true, /*record=*/true,
-                                 options.random_orders);
+  Choice again = search_replicas(batch, replica_microbatches(choice), choice.schedule,
+                                 /*quick=*/true, chosen.recompute, /*permute=*/true,
+                                 /*record=*/true, options.random_orders);
   if (!(again.est_ms < choice.est_ms)) return choice;
   again.batching = choice.batching;
   again.dp_recompute = choice.dp_recompute;
@@ -650,10 +656,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
         return s.est_ms;
       }
     }
-    std::vector<std::vector<MicroBatch>> replicas;
-    for (const ReplicaChoice& replica : ranked_choice.replicas) {
-      replicas.push_back(replica.microbatches);
-    }
+    const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
     Choice full = own_mode ? m.search_replicas(batch, replicas, ranked_choice.schedule, true,
                                                ranked_choice.dp_recompute, /*permute=*/true)
                            : m.search_replicas(batch, replicas, ranked_choice.schedule);
@@ -708,11 +711,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   const double two_window_ms = idle_share(*choice) > kLowIdleShare ? window_ms : base_ms;
   auto in_window = [&](const Choice& cut) {
     if (cut.est_ms < window_ms) return true;
-    std::vector<std::vector<MicroBatch>> replicas;
-    for (const ReplicaChoice& replica : cut.replicas) replicas.push_back(replica.microbatches);
-    return m.search_replicas(batch, replicas, cut.schedule, /*quick=*/true, cut.dp_recompute,
-                             /*permute=*/true, /*record=*/false, /*random_orders=*/0,
-                             /*max_orders=*/2)
+    return m.search_replicas(batch, replica_microbatches(cut), cut.schedule, /*quick=*/true,
+                             cut.dp_recompute, /*permute=*/true, /*record=*/false,
+                             /*random_orders=*/0, /*max_orders=*/2)
                .est_ms < two_window_ms;
   };
   for (const Choice& ranked_choice : ranked) {
