@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <limits>
 #include <queue>
 #include <utility>
@@ -64,7 +65,8 @@ struct DeviceState {
 
 }  // namespace
 
-ScheduleOrder build_critical_path(const PipelineProblem& problem) {
+std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
+                                                 double stop_at_ms) {
   const int m = problem.num_microbatches();
   const int p = problem.layout.num_devices;  // == stages (chunks == 1)
   // The split backward where the cost model gives one (as zb1p needs it).
@@ -183,6 +185,9 @@ ScheduleOrder build_critical_path(const PipelineProblem& problem) {
     }
 
     const double end = now + problem.op_ms(op);
+    // The simulator times this op the same way (start = now, the end of its device's
+    // last op or its input's arrival), so the order cannot beat stop_at_ms.
+    if (end >= stop_at_ms) return std::nullopt;
     dev.free_ms = end;
     ++dev.ops_run;
     order.device_ops[d].push_back(op);

@@ -162,18 +162,23 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
           permuted.costs[i] = candidate.problem.costs[mb_order[i]];
         }
       }
+      // Once something fits, a build or run stops where it can no longer beat it.
+      const double stop_at_ms = best >= 0 ? best_ms : Schedule::kNoStop;
       std::string why_not;
-      std::optional<ScheduleOrder> order = schedule.build(problem, &why_not);
+      bool stopped = false;
+      std::optional<ScheduleOrder> order = schedule.build(
+          problem, &why_not, options.stop_builds ? stop_at_ms : Schedule::kNoStop, &stopped);
+      if (stopped) {
+        any_applies = true;
+        ++result.stopped_builds;
+        continue;
+      }
       if (!order) {
         result.rejected.push_back(cat(label, ": ", why_not));
         break;
       }
       any_applies = true;
-      // Once something fits, a run stops where it can no longer beat it.
-      simulator.run(problem, *order,
-                    SimOptions{.record = false,
-                               .stop_at_ms = best >= 0 ? best_ms
-                                                       : std::numeric_limits<double>::infinity()},
+      simulator.run(problem, *order, SimOptions{.record = false, .stop_at_ms = stop_at_ms},
                     &scratch);
       ++result.simulations;
       if (scratch.stopped) continue;

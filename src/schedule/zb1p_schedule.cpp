@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <utility>
 #include <vector>
@@ -44,7 +45,7 @@ struct DeviceState {
 
 }  // namespace
 
-ScheduleOrder build_zb1p(const PipelineProblem& problem) {
+std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double stop_at_ms) {
   const int m = problem.num_microbatches();
   const int num_devices = problem.layout.num_devices;  // == stages (chunks == 1)
   ScheduleOrder order;
@@ -124,6 +125,9 @@ ScheduleOrder build_zb1p(const PipelineProblem& problem) {
     }
 
     const double end = now + problem.op_ms(op);
+    // The simulator times this op the same way (start = now, the end of its device's
+    // last op or its input's arrival), so the order cannot beat stop_at_ms.
+    if (end >= stop_at_ms) return std::nullopt;
     dev.free_ms = end;
     order.device_ops[d].push_back(op);
     const std::size_t k = cell(op.mb, s);

@@ -54,6 +54,10 @@ struct SearchOptions {
   // (the same makespan, peaks and busy times, empty timeline), as a planner ranking many
   // micro-batchings by makespan needs. Default: on.
   bool record_winner = true;
+  // Stop a list schedule's build once it cannot beat the best so far (Schedule::build),
+  // as its simulation would stop (SimOptions::stop_at_ms, always on); the build then
+  // needs no simulation. The same result either way; off only to test that. Default: on.
+  bool stop_builds = true;
   void validate() const;  // throws InvalidArgument naming the field
 };
 
@@ -69,6 +73,7 @@ struct SearchResult {
   ScheduleOrder order;
   SimResult sim;                // recorded (timeline + transfers), original ids
   int simulations = 0;          // how many simulations the search ran
+  int stopped_builds = 0;       // builds given up: their ops already ran past the best
   int pruned = 0;               // candidates skipped: their lower bound >= the best found
   std::vector<std::string> rejected;  // one line per candidate that did not apply or fit
 };
