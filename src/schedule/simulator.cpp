@@ -306,8 +306,7 @@ std::size_t Simulator::run_ops(const Run& run) {
 
 void Simulator::run(const PipelineProblem& problem, const ScheduleOrder& order,
                     const SimOptions& options, SimResult* result) {
-  problem.validate();
-  check_order(problem, order);
+  if (options.check) check(problem, order);
   reset(problem, order);
 
   std::size_t total_ops = 0;

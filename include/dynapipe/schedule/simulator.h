@@ -50,6 +50,11 @@ struct SimOptions {
   // the earlier candidate). Ops are resolved in dependency order, not time order, but any
   // op's end bounds the makespan from below, so stopping is exact.
   double stop_at_ms = std::numeric_limits<double>::infinity();
+  // Validate the problem and check the order first (Simulator::check). Off: the caller
+  // vouches for both, as search_schedule does for the orders its schedules build of a
+  // problem it validated (it checks the winner's); a bad order then gives unspecified
+  // results. Default: on.
+  bool check = true;
 };
 
 // Simulator with scratch buffers reused across runs, so that repeated runs (a search)
@@ -74,6 +79,12 @@ class Simulator {
     SimResult result;
     run(problem, order, options, &result);
     return result;
+  }
+  // What run() checks before it simulates, but for the deadlock: throws InvalidArgument
+  // as run() does.
+  void check(const PipelineProblem& problem, const ScheduleOrder& order) {
+    problem.validate();
+    check_order(problem, order);
   }
 
  private:
