@@ -130,6 +130,11 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   std::vector<int> best_order;
   ScheduleOrder best_schedule;
   SimResult best_sim;  // the winner's unrecorded run (!options.record_winner)
+  // The last cyclic candidate's index, micro-batch orders and built orders (wait-free-cyclic
+  // builds the same orders without the barriers).
+  int cyclic_candidate = -1;
+  std::vector<std::vector<int>> cyclic_mb_orders;
+  std::vector<ScheduleOrder> cyclic_orders;
 
   for (int ci = 0; ci < static_cast<int>(candidates.size()); ++ci) {
     const SearchCandidate& candidate = candidates[ci];
@@ -149,6 +154,18 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     const bool permute = options.permute && (schedule.adaptive() || options.permute_fixed);
     const std::vector<std::vector<int>> orders =
         micro_batch_orders(candidate.problem, permute, options);
+    // wait-free-cyclic right after cyclic on an equal problem (make_search_candidates'
+    // order) takes cyclic's orders, barriers dropped, rather than building them again.
+    const bool keep_cyclic = options.shortcuts && candidate.schedule == ScheduleKind::Cyclic;
+    const bool reuse_cyclic = options.shortcuts &&
+                              candidate.schedule == ScheduleKind::WaitFreeCyclic &&
+                              cyclic_candidate == ci - 1 && cyclic_mb_orders == orders &&
+                              candidates[ci - 1].problem == candidate.problem;
+    if (keep_cyclic) {
+      cyclic_candidate = ci;
+      cyclic_mb_orders = orders;
+      cyclic_orders.clear();
+    }
 
     // The given order alone (quick searches, fixed schedules): no permuted copy.
     const bool given_only = orders.size() == 1;
@@ -166,8 +183,16 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       const double stop_at_ms = best >= 0 ? best_ms : Schedule::kNoStop;
       std::string why_not;
       bool stopped = false;
-      std::optional<ScheduleOrder> order = schedule.build(
-          problem, &why_not, options.stop_builds ? stop_at_ms : Schedule::kNoStop, &stopped);
+      std::optional<ScheduleOrder> order;
+      const std::size_t k = static_cast<std::size_t>(&mb_order - orders.data());
+      if (reuse_cyclic && k < cyclic_orders.size()) {
+        order = std::move(cyclic_orders[k]);
+        order->op_cycle.clear();
+        ++result.reused_builds;
+      } else {
+        order = schedule.build(problem, &why_not,
+                               options.shortcuts ? stop_at_ms : Schedule::kNoStop, &stopped);
+      }
       if (stopped) {
         any_applies = true;
         ++result.stopped_builds;
@@ -178,9 +203,11 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         break;
       }
       any_applies = true;
+      const ScheduleOrder* built = &*order;
+      if (keep_cyclic) built = &cyclic_orders.emplace_back(std::move(*order));
       // The problem is a reordering of a validated one and the order is a builder's: the
       // winner's order is checked below.
-      simulator.run(problem, *order,
+      simulator.run(problem, *built,
                     SimOptions{.record = false, .stop_at_ms = stop_at_ms, .check = false},
                     &scratch);
       ++result.simulations;
@@ -202,7 +229,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         best = ci;
         best_ms = scratch.makespan_ms;
         best_order = mb_order;
-        best_schedule = std::move(*order);
+        best_schedule = keep_cyclic ? *built : std::move(*order);
         if (!options.record_winner) best_sim = scratch;
       }
     }

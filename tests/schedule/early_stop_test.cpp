@@ -1,6 +1,7 @@
-// The search's early exits: a list schedule (zb1p, critical-path) given stop_at_ms gives
-// up exactly when the simulator would stop its order (an op ending at or after it), and
-// a search with the exits finds what a search without them finds, bit for bit.
+// The search's exact shortcuts: a list schedule (zb1p, critical-path) given stop_at_ms
+// gives up exactly when the simulator would stop its order (an op ending at or after it);
+// wait-free-cyclic reuses cyclic's orders; a search with the shortcuts finds what a search
+// without them finds, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -131,11 +132,40 @@ TEST(EarlyStopTest, SearchStopsARepeatedWinnersBuild) {
   EXPECT_EQ(r.candidate, 0);
   EXPECT_EQ(r.stopped_builds, 1);
   EXPECT_EQ(r.simulations, 2);  // the first candidate, then its recorded run
-  options.stop_builds = false;
+  options.shortcuts = false;
   const SearchResult slow = search_schedule(twice, options);
   EXPECT_EQ(slow.candidate, 0);
   EXPECT_EQ(slow.stopped_builds, 0);
   EXPECT_EQ(slow.simulations, 3);
+}
+
+// Cyclic then wait-free-cyclic on one problem: each of wait-free-cyclic's 8 orders (the
+// default max_orders: as given, longest first, 6 orders of 4 clusters) is cyclic's, and the
+// result is the one built without the reuse. A different problem builds its own.
+TEST(EarlyStopTest, WaitFreeCyclicReusesCyclicsOrders) {
+  PipelineProblem p = testing::uniform_problem(9, 3, 1.0, 2.0);
+  for (int mb = 0; mb < 9; ++mb) {
+    for (StageCost& c : p.costs[mb]) {
+      c.fwd_ms *= 1 + mb % 3;
+      c.bwd_ms *= 1 + mb % 3;
+    }
+  }
+  std::vector<SearchCandidate> pair = {{ScheduleKind::Cyclic, Recompute::None, p},
+                                       {ScheduleKind::WaitFreeCyclic, Recompute::None, p}};
+  SearchOptions options;
+  const SearchResult r = search_schedule(pair, options);
+  EXPECT_EQ(r.reused_builds, 8);
+  options.shortcuts = false;
+  const SearchResult slow = search_schedule(pair, options);
+  EXPECT_EQ(slow.reused_builds, 0);
+  EXPECT_EQ(r.candidate, slow.candidate);
+  EXPECT_EQ(r.mb_order, slow.mb_order);
+  EXPECT_EQ(r.order.device_ops, slow.order.device_ops);
+  EXPECT_EQ(r.order.op_cycle, slow.order.op_cycle);
+  EXPECT_EQ(r.sim.makespan_ms, slow.sim.makespan_ms);
+  // Not after an unequal problem.
+  pair[1].problem.costs[0][0].fwd_ms += 0.5;
+  EXPECT_EQ(search_schedule(pair).reused_builds, 0);
 }
 
 // Random searches over every schedule, permuted and random orders, memory limits that
@@ -143,7 +173,7 @@ TEST(EarlyStopTest, SearchStopsARepeatedWinnersBuild) {
 // builds' early exits as without (the simulations then stop instead), and they do fire.
 TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
   Rng rng(8);
-  int stopped_builds = 0;
+  int stopped_builds = 0, reused_builds = 0;
   for (int trial = 0; trial < 120; ++trial) {
     const int devices = static_cast<int>(rng.uniform_int(1, 5));
     const int m = static_cast<int>(rng.uniform_int(1, 16));
@@ -163,7 +193,7 @@ TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
     fast.seed = static_cast<std::uint64_t>(trial);
     fast.record_winner = trial % 3 != 0;
     SearchOptions slow = fast;
-    slow.stop_builds = false;
+    slow.shortcuts = false;
     auto run = [&](const SearchOptions& options) -> std::optional<SearchResult> {
       try {
         return search_schedule(candidates, options);
@@ -183,11 +213,14 @@ TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
     EXPECT_EQ(a->sim.peak_memory_bytes, b->sim.peak_memory_bytes);
     EXPECT_EQ(a->rejected, b->rejected);
     EXPECT_EQ(b->stopped_builds, 0);
+    EXPECT_EQ(b->reused_builds, 0);
     // Each stopped build is one simulation that would have stopped.
     EXPECT_EQ(a->simulations + a->stopped_builds, b->simulations);
     stopped_builds += a->stopped_builds;
+    reused_builds += a->reused_builds;
   }
   EXPECT_GT(stopped_builds, 0);
+  EXPECT_GT(reused_builds, 0);
 }
 
 }  // namespace

@@ -38,6 +38,7 @@ struct PipelineLayout {
   int chunks = 1;       // virtual stages per device (> 1 only for interleaved)
   int num_stages() const { return num_devices * chunks; }
   int device_of(int stage) const { return stage % num_devices; }
+  friend bool operator==(const PipelineLayout&, const PipelineLayout&) = default;
 };
 
 // When weights change (docs/schedules.md, "Asynchronous schedules"). PerIteration: one
@@ -81,6 +82,7 @@ struct PipelineProblem {
   // Throws InvalidArgument naming the first inconsistent field (layout >= 1, costs
   // [mb][num_stages()], static_bytes [num_devices], non-negative costs and limits).
   void validate() const;
+  friend bool operator==(const PipelineProblem&, const PipelineProblem&) = default;
 };
 
 // Defined here so that the schedule builders' and the simulator's per-op loops inline

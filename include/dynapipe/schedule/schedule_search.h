@@ -54,10 +54,12 @@ struct SearchOptions {
   // (the same makespan, peaks and busy times, empty timeline), as a planner ranking many
   // micro-batchings by makespan needs. Default: on.
   bool record_winner = true;
-  // Stop a list schedule's build once it cannot beat the best so far (Schedule::build),
-  // as its simulation would stop (SimOptions::stop_at_ms, always on); the build then
-  // needs no simulation. The same result either way; off only to test that. Default: on.
-  bool stop_builds = true;
+  // Exact shortcuts, the same result either way (off only to test that): a list
+  // schedule's build stops once it cannot beat the best so far (Schedule::build), as its
+  // simulation would (SimOptions::stop_at_ms, always on), and needs no simulation;
+  // wait-free-cyclic right after cyclic on an equal problem takes cyclic's orders without
+  // the barriers instead of building them again. Default: on.
+  bool shortcuts = true;
   void validate() const;  // throws InvalidArgument naming the field
 };
 
@@ -74,6 +76,7 @@ struct SearchResult {
   SimResult sim;                // recorded (timeline + transfers), original ids
   int simulations = 0;          // how many simulations the search ran
   int stopped_builds = 0;       // builds given up: their ops already ran past the best
+  int reused_builds = 0;        // wait-free-cyclic orders taken from cyclic's
   int pruned = 0;               // candidates skipped: their lower bound >= the best found
   std::vector<std::string> rejected;  // one line per candidate that did not apply or fit
 };
