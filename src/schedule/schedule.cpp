@@ -24,17 +24,21 @@ class BuilderSchedule final : public Schedule {
       : BuilderSchedule(kind, layouts, adaptive, split_backward,
                         [builder = std::move(builder)](const PipelineProblem& p, double) {
                           return std::optional<ScheduleOrder>(builder(p));
-                        }) {}
+                        }) {
+    timed_ = false;
+  }
   BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
                   StoppingBuilder builder)
       : kind_(kind),
         layouts_(layouts),
         adaptive_(adaptive),
         split_backward_(split_backward),
+        timed_(true),
         builder_(std::move(builder)) {}
 
   ScheduleKind kind() const override { return kind_; }
   bool adaptive() const override { return adaptive_; }
+  bool timed() const override { return timed_; }
   bool needs_virtual_stages() const override { return layouts_ == Layouts::Interleaved; }
 
   using Schedule::build;
@@ -81,6 +85,7 @@ class BuilderSchedule final : public Schedule {
   Layouts layouts_;
   bool adaptive_;
   bool split_backward_;
+  bool timed_;
   StoppingBuilder builder_;
 };
 

@@ -205,13 +205,21 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       any_applies = true;
       const ScheduleOrder* built = &*order;
       if (keep_cyclic) built = &cyclic_orders.emplace_back(std::move(*order));
-      // The problem is a reordering of a validated one and the order is a builder's: the
-      // winner's order is checked below.
-      simulator.run(problem, *built,
-                    SimOptions{.record = false, .stop_at_ms = stop_at_ms, .check = false},
-                    &scratch);
-      ++result.simulations;
-      if (scratch.stopped) continue;
+      // A finished timed build runs to its end in the simulation (below stop_at_ms), so
+      // its memory alone decides: one that does not fit counts as its run would, unrun.
+      const bool memory_first = options.shortcuts && schedule.timed();
+      if (memory_first) simulator.memory(problem, *built, &scratch);
+      if (memory_first && !scratch.fits_memory) {
+        ++result.unsimulated;
+      } else {
+        // The problem is a reordering of a validated one and the order is a builder's: the
+        // winner's order is checked below.
+        simulator.run(problem, *built,
+                      SimOptions{.record = false, .stop_at_ms = stop_at_ms, .check = false},
+                      &scratch);
+        ++result.simulations;
+        if (scratch.stopped) continue;
+      }
       if (!scratch.fits_memory) {
         for (int d = 0; d < problem.layout.num_devices; ++d) {
           const std::int64_t excess = scratch.peak_memory_bytes[d] - problem.memory_limit_bytes;

@@ -12,6 +12,7 @@
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/rng.h"
+#include "dynapipe/core/units.h"
 #include "dynapipe/schedule/schedule.h"
 #include "dynapipe/schedule/schedule_search.h"
 #include "dynapipe/schedule/simulator.h"
@@ -168,12 +169,65 @@ TEST(EarlyStopTest, WaitFreeCyclicReusesCyclicsOrders) {
   EXPECT_EQ(search_schedule(pair).reused_builds, 0);
 }
 
+// The memory of an order, alone, is what a full run reports, on random problems with
+// limits (async orders with their stashed versions too).
+TEST(EarlyStopTest, MemoryAloneEqualsTheRunsMemory) {
+  Rng rng(31);
+  Simulator simulator;
+  for (int trial = 0; trial < 100; ++trial) {
+    PipelineProblem p = testing::random_problem(rng, static_cast<int>(rng.uniform_int(1, 12)),
+                                                static_cast<int>(rng.uniform_int(1, 5)), 1);
+    p.memory_limit_bytes = rng.uniform_int(500, 4000);
+    p.weight_bytes.assign(p.layout.num_devices, rng.uniform_int(0, 300));
+    for (const char* name : {"1f1b", "zb1p", "critical-path", "pipedream", "pipedream-2bw"}) {
+      const ScheduleOrder order = *make_schedule(name)->build(p, nullptr);
+      const SimResult run = simulator.run(p, order);
+      SimResult alone;
+      simulator.memory(p, order, &alone);
+      EXPECT_EQ(alone.peak_memory_bytes, run.peak_memory_bytes) << name << " trial " << trial;
+      EXPECT_EQ(alone.peak_op, run.peak_op) << name;
+      EXPECT_EQ(alone.fits_memory, run.fits_memory) << name;
+    }
+  }
+}
+
+// zb1p alone under a limit it cannot meet (device 0 holds 4 micro-batches of 10 GiB, + 1
+// GiB working memory: 41 GiB): its memory is found without a simulation, and the error is
+// the same.
+TEST(EarlyStopTest, UnfitTimedBuildsReportTheSameViolation) {
+  PipelineProblem p = testing::uniform_problem(8, 4, 1.0, 2.0);
+  for (auto& per_stage : p.costs) {
+    for (StageCost& c : per_stage) {
+      c.stored_bytes = 10 * kGiB;
+      c.peak_bytes = kGiB;
+    }
+  }
+  p.memory_limit_bytes = 25 * kGiB;
+  const std::vector<SearchCandidate> zb1p = {{ScheduleKind::Zb1p, Recompute::None, p}};
+  std::string with, without;
+  SearchOptions options;
+  try {
+    search_schedule(zb1p, options);
+  } catch (const Error& e) {
+    with = e.what();
+  }
+  options.shortcuts = false;
+  try {
+    search_schedule(zb1p, options);
+  } catch (const Error& e) {
+    without = e.what();
+  }
+  EXPECT_EQ(with.rfind("--memory-limit 25 GiB: no schedule fits; micro-batch ", 0), 0u) << with;
+  EXPECT_NE(with.find("(schedule zb1p, recompute none)"), std::string::npos) << with;
+  EXPECT_EQ(with, without);
+}
+
 // Random searches over every schedule, permuted and random orders, memory limits that
 // reject some candidates: the same winner, order, makespan, peaks and rejections with the
 // builds' early exits as without (the simulations then stop instead), and they do fire.
 TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
   Rng rng(8);
-  int stopped_builds = 0, reused_builds = 0;
+  int stopped_builds = 0, reused_builds = 0, unsimulated = 0;
   for (int trial = 0; trial < 120; ++trial) {
     const int devices = static_cast<int>(rng.uniform_int(1, 5));
     const int m = static_cast<int>(rng.uniform_int(1, 16));
@@ -214,13 +268,17 @@ TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
     EXPECT_EQ(a->rejected, b->rejected);
     EXPECT_EQ(b->stopped_builds, 0);
     EXPECT_EQ(b->reused_builds, 0);
-    // Each stopped build is one simulation that would have stopped.
-    EXPECT_EQ(a->simulations + a->stopped_builds, b->simulations);
+    // Each stopped build is one simulation that would have stopped; each unsimulated
+    // order one that would not have fitted.
+    EXPECT_EQ(a->simulations + a->stopped_builds + a->unsimulated, b->simulations);
+    EXPECT_EQ(b->unsimulated, 0);
     stopped_builds += a->stopped_builds;
     reused_builds += a->reused_builds;
+    unsimulated += a->unsimulated;
   }
   EXPECT_GT(stopped_builds, 0);
   EXPECT_GT(reused_builds, 0);
+  EXPECT_GT(unsimulated, 0);
 }
 
 }  // namespace

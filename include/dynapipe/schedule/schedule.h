@@ -94,6 +94,10 @@ class Schedule {
                                              bool* stopped) const = 0;
   static constexpr double kNoStop = std::numeric_limits<double>::infinity();
 
+  // True when build() honours stop_at_ms (zb1p, critical-path): an order it returns then
+  // simulates to a makespan below stop_at_ms, all of its ops run.
+  virtual bool timed() const { return false; }
+
   // True when the order depends on the micro-batches' costs or memory (cyclic,
   // wait-free-cyclic, zb1p), so that trying other micro-batch orders can pay off.
   virtual bool adaptive() const = 0;

@@ -80,6 +80,10 @@ class Simulator {
     run(problem, order, options, &result);
     return result;
   }
+  // The memory run() reports (peak_memory_bytes, peak_op, fits_memory) without the
+  // timing, which it does not depend on; the other fields are left as they are. Unchecked
+  // (SimOptions::check off): for an order known to be complete.
+  void memory(const PipelineProblem& problem, const ScheduleOrder& order, SimResult* result);
   // What run() checks before it simulates, but for the deadlock: throws InvalidArgument
   // as run() does.
   void check(const PipelineProblem& problem, const ScheduleOrder& order) {
@@ -102,6 +106,7 @@ class Simulator {
     int stages;  // problem.num_stages(), read per op
   };
   void reset(const PipelineProblem& problem, const ScheduleOrder& order);
+  void set_devices(const PipelineProblem& problem);  // device_of_sim_
   std::size_t run_ops(const Run& run);
   // When op i of device d may start (its inputs and its cycle's barrier), or < 0 if not yet.
   double ready_ms(const Run& run, int d, std::size_t i) const;
