@@ -205,18 +205,21 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       any_applies = true;
       const ScheduleOrder* built = &*order;
       if (keep_cyclic) built = &cyclic_orders.emplace_back(std::move(*order));
+      // The builders make one op list per pipeline device: a problem with replicated
+      // stages wants more, and its run is checked (and throws, as it always did).
+      const bool builders_fit = problem.stage_replicas.empty();
       // A finished timed build runs to its end in the simulation (below stop_at_ms), so
       // its memory alone decides: one that does not fit counts as its run would, unrun.
-      const bool memory_first = options.shortcuts && schedule.timed();
+      const bool memory_first = options.shortcuts && schedule.timed() && builders_fit;
       if (memory_first) simulator.memory(problem, *built, &scratch);
       if (memory_first && !scratch.fits_memory) {
         ++result.unsimulated;
       } else {
         // The problem is a reordering of a validated one and the order is a builder's: the
         // winner's order is checked below.
-        simulator.run(problem, *built,
-                      SimOptions{.record = false, .stop_at_ms = stop_at_ms, .check = false},
-                      &scratch);
+        const SimOptions sim_options{
+            .record = false, .stop_at_ms = stop_at_ms, .check = !builders_fit};
+        simulator.run(problem, *built, sim_options, &scratch);
         ++result.simulations;
         if (scratch.stopped) continue;
       }

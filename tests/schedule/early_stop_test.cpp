@@ -222,6 +222,24 @@ TEST(EarlyStopTest, UnfitTimedBuildsReportTheSameViolation) {
   EXPECT_EQ(with, without);
 }
 
+// The builders order one list per pipeline device; a problem with replicated stages is
+// simulated checked, so the search still rejects their orders (first candidate zb1p, which
+// would otherwise have its memory taken unchecked).
+TEST(EarlyStopTest, ReplicatedProblemsAreStillRejected) {
+  PipelineProblem p = testing::uniform_problem(4, 2, 1.0, 2.0);
+  p.stage_replicas = {2, 1};
+  p.memory_limit_bytes = 1000;
+  const std::vector<SearchCandidate> zb1p = {{ScheduleKind::Zb1p, Recompute::None, p}};
+  try {
+    search_schedule(zb1p);
+    FAIL() << "expected InvalidArgument";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("one op list per device (3), got 2"), std::string::npos)
+        << e.what();
+  }
+}
+
 // Random searches over every schedule, permuted and random orders, memory limits that
 // reject some candidates: the same winner, order, makespan, peaks and rejections with the
 // builds' early exits as without (the simulations then stop instead), and they do fire.
