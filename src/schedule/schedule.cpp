@@ -16,13 +16,15 @@ enum class Layouts { Any, SingleChunk, Interleaved };
 class BuilderSchedule final : public Schedule {
  public:
   using Builder = std::function<ScheduleOrder(const PipelineProblem&)>;
-  // A list schedule that can give up early (nullopt) once an op ends at stop_at_ms.
-  using StoppingBuilder =
-      std::function<std::optional<ScheduleOrder>(const PipelineProblem&, double stop_at_ms)>;
+  // A list schedule that can give up early (nullopt) once an op ends at stop_at_ms and
+  // reports its order's timing (makespan, busy).
+  using StoppingBuilder = std::function<std::optional<ScheduleOrder>(
+      const PipelineProblem&, double stop_at_ms, SimResult* timing)>;
   BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
                   Builder builder)
       : BuilderSchedule(kind, layouts, adaptive, split_backward,
-                        [builder = std::move(builder)](const PipelineProblem& p, double) {
+                        [builder = std::move(builder)](const PipelineProblem& p, double,
+                                                       SimResult*) {
                           return std::optional<ScheduleOrder>(builder(p));
                         }) {
     timed_ = false;
@@ -43,7 +45,8 @@ class BuilderSchedule final : public Schedule {
 
   using Schedule::build;
   std::optional<ScheduleOrder> build(const PipelineProblem& problem, std::string* why_not,
-                                     double stop_at_ms, bool* stopped) const override {
+                                     double stop_at_ms, bool* stopped,
+                                     SimResult* timing) const override {
     if (stopped != nullptr) *stopped = false;
     problem.validate();
     const int chunks = problem.layout.chunks;
@@ -60,7 +63,7 @@ class BuilderSchedule final : public Schedule {
       if (why_not != nullptr) *why_not = std::move(reason);
       return std::nullopt;
     }
-    std::optional<ScheduleOrder> order = builder_(problem, stop_at_ms);
+    std::optional<ScheduleOrder> order = builder_(problem, stop_at_ms, timing);
     if (!order) {
       DYNAPIPE_CHECK(stopped != nullptr,
                      cat(name(), ": stopped at ", stop_at_ms, " ms with nowhere to say so"));

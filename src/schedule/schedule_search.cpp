@@ -122,6 +122,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   std::map<ScheduleKind, std::unique_ptr<Schedule>> schedules;
   Simulator simulator;
   SimResult scratch;
+  SimResult timing;  // a timed build's makespan and busy times
   SearchResult result;
   std::optional<Violation> smallest;
   bool any_applies = false;
@@ -159,7 +160,8 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     const bool keep_cyclic = options.shortcuts && candidate.schedule == ScheduleKind::Cyclic;
     const bool reuse_cyclic = options.shortcuts &&
                               candidate.schedule == ScheduleKind::WaitFreeCyclic &&
-                              cyclic_candidate == ci - 1 && cyclic_mb_orders == orders &&
+                              ci > 0 && cyclic_candidate == ci - 1 &&
+                              cyclic_mb_orders == orders &&
                               candidates[ci - 1].problem == candidate.problem;
     if (keep_cyclic) {
       cyclic_candidate = ci;
@@ -191,7 +193,8 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         ++result.reused_builds;
       } else {
         order = schedule.build(problem, &why_not,
-                               options.shortcuts ? stop_at_ms : Schedule::kNoStop, &stopped);
+                               options.shortcuts ? stop_at_ms : Schedule::kNoStop, &stopped,
+                               &timing);
       }
       if (stopped) {
         any_applies = true;
@@ -208,11 +211,16 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       // The builders make one op list per pipeline device: a problem with replicated
       // stages wants more, and its run is checked (and throws, as it always did).
       const bool builders_fit = problem.stage_replicas.empty();
-      // A finished timed build runs to its end in the simulation (below stop_at_ms), so
-      // its memory alone decides: one that does not fit counts as its run would, unrun.
-      const bool memory_first = options.shortcuts && schedule.timed() && builders_fit;
-      if (memory_first) simulator.memory(problem, *built, &scratch);
-      if (memory_first && !scratch.fits_memory) {
+      // A finished timed build is its own unrecorded run: every op ended below stop_at_ms
+      // at the simulator's times (so the run would not stop) and the builder summed the
+      // makespan and busy times as the simulator does; the peaks depend on the order only.
+      if (options.shortcuts && schedule.timed() && builders_fit) {
+        simulator.memory(problem, *built, &scratch);
+        scratch.makespan_ms = timing.makespan_ms;
+        std::swap(scratch.busy_ms, timing.busy_ms);
+        scratch.timeline.clear();
+        scratch.transfers.clear();
+        scratch.stopped = false;
         ++result.unsimulated;
       } else {
         // The problem is a reordering of a validated one and the order is a builder's: the

@@ -45,7 +45,8 @@ struct DeviceState {
 
 }  // namespace
 
-std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double stop_at_ms) {
+std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double stop_at_ms,
+                                        SimResult* timing) {
   const int m = problem.num_microbatches();
   const int num_devices = problem.layout.num_devices;  // == stages (chunks == 1)
   ScheduleOrder order;
@@ -68,6 +69,10 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double s
     for (int mb = m - warmup; mb < m; ++mb) seq.push_back({mb, d, OpKind::I});
   }
 
+  if (timing != nullptr) {
+    timing->makespan_ms = 0;
+    timing->busy_ms.assign(num_devices, 0.0);
+  }
   using Wakeup = std::pair<double, int>;  // (time, device), earliest first
   std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<>> wakeups;
   for (int d = 0; d < num_devices; ++d) wakeups.emplace(0.0, d);
@@ -128,6 +133,11 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double s
     // The simulator times this op the same way (start = now, the end of its device's
     // last op or its input's arrival), so the order cannot beat stop_at_ms.
     if (end >= stop_at_ms) return std::nullopt;
+    if (timing != nullptr) {
+      // In each device's op order, as the simulator adds them up.
+      timing->busy_ms[d] += end - now;
+      timing->makespan_ms = std::max(timing->makespan_ms, end);
+    }
     dev.free_ms = end;
     order.device_ops[d].push_back(op);
     const std::size_t k = cell(op.mb, s);

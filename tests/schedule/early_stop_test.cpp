@@ -28,10 +28,11 @@ struct Built {
   bool stopped = false;
 };
 
-Built build(ScheduleKind kind, const PipelineProblem& p, double stop_at_ms) {
+Built build(ScheduleKind kind, const PipelineProblem& p, double stop_at_ms,
+            SimResult* timing = nullptr) {
   Built built;
   std::string why_not;
-  built.order = make_schedule(kind)->build(p, &why_not, stop_at_ms, &built.stopped);
+  built.order = make_schedule(kind)->build(p, &why_not, stop_at_ms, &built.stopped, timing);
   EXPECT_TRUE(built.order || built.stopped) << why_not;
   return built;
 }
@@ -92,14 +93,14 @@ TEST(EarlyStopTest, OtherSchedulesIgnoreTheCutoff) {
   for (const char* name : {"gpipe", "1f1b", "cyclic", "wait-free-cyclic"}) {
     bool stopped = true;
     std::string why_not;
-    EXPECT_TRUE(make_schedule(name)->build(p, &why_not, 0.5, &stopped)) << name;
+    EXPECT_TRUE(make_schedule(name)->build(p, &why_not, 0.5, &stopped, nullptr)) << name;
     EXPECT_FALSE(stopped) << name;
   }
 }
 
 // On random problems (links, memory limits tight and loose) each list schedule's own
-// clock ends where the simulator's does, to the bit: it stops at the simulated makespan
-// and builds the same order just above it.
+// clock ends where the simulator's does, to the bit: it stops at the simulated makespan,
+// builds the same order just above it, and reports the run's makespan and busy times.
 TEST(EarlyStopTest, BuildersStopExactlyAtTheSimulatedMakespanOnRandomProblems) {
   Rng rng(20261126);
   for (int trial = 0; trial < 300; ++trial) {
@@ -109,9 +110,13 @@ TEST(EarlyStopTest, BuildersStopExactlyAtTheSimulatedMakespanOnRandomProblems) {
     if (trial % 3 == 1) p.memory_limit_bytes = rng.uniform_int(500, 4000);
     if (trial % 7 == 0) p.costs[0][0].fwd_ms = 0;  // a zero-length op ties with its neighbour
     for (ScheduleKind kind : {ScheduleKind::Zb1p, ScheduleKind::CriticalPath}) {
-      const Built full = build(kind, p, kInfinity);
+      SimResult timing;
+      const Built full = build(kind, p, kInfinity, &timing);
       ASSERT_TRUE(full.order);
-      const double makespan = simulate(p, *full.order).makespan_ms;
+      const SimResult run = simulate(p, *full.order, SimOptions{.record = false});
+      const double makespan = run.makespan_ms;
+      EXPECT_EQ(timing.makespan_ms, makespan) << schedule_kind_name(kind) << " trial " << trial;
+      EXPECT_EQ(timing.busy_ms, run.busy_ms) << schedule_kind_name(kind) << " trial " << trial;
       EXPECT_TRUE(build(kind, p, makespan).stopped)
           << schedule_kind_name(kind) << " trial " << trial;
       const Built above = build(kind, p, std::nextafter(makespan, kInfinity));
@@ -122,7 +127,7 @@ TEST(EarlyStopTest, BuildersStopExactlyAtTheSimulatedMakespanOnRandomProblems) {
 }
 
 // A repeat of the winner ties with it, so its build stops at its last op (ties keep the
-// earlier candidate) and is never simulated.
+// earlier candidate) and is never simulated; the first is timed by its own build.
 TEST(EarlyStopTest, SearchStopsARepeatedWinnersBuild) {
   const PipelineProblem p = testing::uniform_problem(8, 4, 1.0, 2.0);
   const std::vector<SearchCandidate> twice = {{ScheduleKind::Zb1p, Recompute::None, p},
@@ -132,11 +137,13 @@ TEST(EarlyStopTest, SearchStopsARepeatedWinnersBuild) {
   const SearchResult r = search_schedule(twice, options);
   EXPECT_EQ(r.candidate, 0);
   EXPECT_EQ(r.stopped_builds, 1);
-  EXPECT_EQ(r.simulations, 2);  // the first candidate, then its recorded run
+  EXPECT_EQ(r.unsimulated, 1);  // the first candidate: its build timed it
+  EXPECT_EQ(r.simulations, 1);  // the winner's recorded run
   options.shortcuts = false;
   const SearchResult slow = search_schedule(twice, options);
   EXPECT_EQ(slow.candidate, 0);
   EXPECT_EQ(slow.stopped_builds, 0);
+  EXPECT_EQ(slow.unsimulated, 0);
   EXPECT_EQ(slow.simulations, 3);
 }
 
@@ -287,7 +294,7 @@ TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
     EXPECT_EQ(b->stopped_builds, 0);
     EXPECT_EQ(b->reused_builds, 0);
     // Each stopped build is one simulation that would have stopped; each unsimulated
-    // order one that would not have fitted.
+    // order one whose result its builder and the memory pass gave.
     EXPECT_EQ(a->simulations + a->stopped_builds + a->unsimulated, b->simulations);
     EXPECT_EQ(b->unsimulated, 0);
     stopped_builds += a->stopped_builds;

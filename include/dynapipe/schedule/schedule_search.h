@@ -59,7 +59,8 @@ struct SearchOptions {
   // simulation would (SimOptions::stop_at_ms, always on), and needs no simulation;
   // wait-free-cyclic right after cyclic on an equal problem takes cyclic's orders without
   // the barriers instead of building them again; a finished zb1p or critical-path build
-  // (Schedule::timed) is simulated only if its memory fits. Default: on.
+  // (Schedule::timed) is not simulated: its own clock gives the makespan and busy times,
+  // a memory pass the peaks. Default: on.
   bool shortcuts = true;
   void validate() const;  // throws InvalidArgument naming the field
 };
@@ -78,7 +79,7 @@ struct SearchResult {
   int simulations = 0;          // how many simulations the search ran
   int stopped_builds = 0;       // builds given up: their ops already ran past the best
   int reused_builds = 0;        // wait-free-cyclic orders taken from cyclic's
-  int unsimulated = 0;          // timed builds that did not fit, left unsimulated
+  int unsimulated = 0;          // finished timed builds, timed by their builder
   int pruned = 0;               // candidates skipped: their lower bound >= the best found
   std::vector<std::string> rejected;  // one line per candidate that did not apply or fit
 };
