@@ -3,6 +3,8 @@
 // per-device op order; micro-batches are injected in id order.
 #pragma once
 
+#include <optional>
+
 #include "dynapipe/schedule/pipeline.h"
 
 namespace dynapipe::detail {
@@ -23,13 +25,20 @@ ScheduleOrder build_interleaved(const PipelineProblem& problem);
 // Any layout.
 ScheduleOrder build_cyclic(const PipelineProblem& problem, bool barriers);
 
+// The two list schedules below keep the simulator's clock while they choose; each
+// returns nullopt (stopped) as soon as one of its ops ends at or after stop_at_ms, since
+// the order's simulated makespan is then >= stop_at_ms (Schedule::build). With an order,
+// `timing` (when non-null) gets its makespan_ms and busy_ms as the simulator sums them.
+
 // Zero-bubble ZB-H1-like greedy list schedule with split backward (I, W).
 // layout.chunks == 1.
-ScheduleOrder build_zb1p(const PipelineProblem& problem);
+std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double stop_at_ms,
+                                        SimResult* timing);
 
 // Memory-aware list schedule for unequal micro-batches: backward first, the longest
 // remaining chain first, forwards admitted while memory fits (no in-flight count).
 // layout.chunks == 1.
-ScheduleOrder build_critical_path(const PipelineProblem& problem);
+std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
+                                                 double stop_at_ms, SimResult* timing);
 
 }  // namespace dynapipe::detail

@@ -19,36 +19,11 @@ std::string op_name(const PipelineOp& op) {
   return cat(op_kind_letter(op.kind), "(mb ", op.mb, ", stage ", op.stage, ")");
 }
 
-double PipelineProblem::p2p_ms(std::int64_t bytes) const {
-  if (link_bandwidth_gbs <= 0) return 0;
-  // GB/s = 1e9 bytes per second = 1e6 bytes per millisecond.
-  return link_latency_ms + static_cast<double>(bytes) / (link_bandwidth_gbs * 1e6);
-}
-
 int PipelineProblem::num_sim_devices() const {
   if (stage_replicas.empty()) return layout.num_devices;
   int total = 0;
   for (int r : stage_replicas) total += r;
   return total;
-}
-
-int PipelineProblem::sim_device_of(const PipelineOp& op) const {
-  const int device = layout.device_of(op.stage);
-  if (stage_replicas.empty()) return device;
-  int first = 0;
-  for (int d = 0; d < device; ++d) first += stage_replicas[d];
-  return first + op.mb % stage_replicas[device];
-}
-
-double PipelineProblem::op_ms(const PipelineOp& op) const {
-  const StageCost& c = costs[op.mb][op.stage];
-  switch (op.kind) {
-    case OpKind::F: return c.fwd_ms;
-    case OpKind::B: return c.bwd_ms;
-    case OpKind::I: return c.bwd_input_ms;
-    case OpKind::W: return c.bwd_weight_ms;
-  }
-  return 0;
 }
 
 void PipelineProblem::validate() const {

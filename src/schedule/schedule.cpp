@@ -16,20 +16,38 @@ enum class Layouts { Any, SingleChunk, Interleaved };
 class BuilderSchedule final : public Schedule {
  public:
   using Builder = std::function<ScheduleOrder(const PipelineProblem&)>;
+  // A list schedule that can give up early (nullopt) once an op ends at stop_at_ms and
+  // reports its order's timing (makespan, busy).
+  using StoppingBuilder = std::function<std::optional<ScheduleOrder>(
+      const PipelineProblem&, double stop_at_ms, SimResult* timing)>;
   BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
                   Builder builder)
+      : BuilderSchedule(kind, layouts, adaptive, split_backward,
+                        [builder = std::move(builder)](const PipelineProblem& p, double,
+                                                       SimResult*) {
+                          return std::optional<ScheduleOrder>(builder(p));
+                        }) {
+    timed_ = false;
+  }
+  BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
+                  StoppingBuilder builder)
       : kind_(kind),
         layouts_(layouts),
         adaptive_(adaptive),
         split_backward_(split_backward),
+        timed_(true),
         builder_(std::move(builder)) {}
 
   ScheduleKind kind() const override { return kind_; }
   bool adaptive() const override { return adaptive_; }
+  bool timed() const override { return timed_; }
   bool needs_virtual_stages() const override { return layouts_ == Layouts::Interleaved; }
 
-  std::optional<ScheduleOrder> build(const PipelineProblem& problem,
-                                     std::string* why_not) const override {
+  using Schedule::build;
+  std::optional<ScheduleOrder> build(const PipelineProblem& problem, std::string* why_not,
+                                     double stop_at_ms, bool* stopped,
+                                     SimResult* timing) const override {
+    if (stopped != nullptr) *stopped = false;
     problem.validate();
     const int chunks = problem.layout.chunks;
     std::string reason;
@@ -45,7 +63,13 @@ class BuilderSchedule final : public Schedule {
       if (why_not != nullptr) *why_not = std::move(reason);
       return std::nullopt;
     }
-    return builder_(problem);
+    std::optional<ScheduleOrder> order = builder_(problem, stop_at_ms, timing);
+    if (!order) {
+      DYNAPIPE_CHECK(stopped != nullptr,
+                     cat(name(), ": stopped at ", stop_at_ms, " ms with nowhere to say so"));
+      *stopped = true;
+    }
+    return order;
   }
 
  private:
@@ -64,7 +88,8 @@ class BuilderSchedule final : public Schedule {
   Layouts layouts_;
   bool adaptive_;
   bool split_backward_;
-  Builder builder_;
+  bool timed_;
+  StoppingBuilder builder_;
 };
 
 struct ScheduleKindName {
@@ -164,11 +189,13 @@ std::unique_ptr<Schedule> make_schedule(ScheduleKind kind) {
           kind, Layouts::Any, true, false,
           [](const PipelineProblem& p) { return build_cyclic(p, /*barriers=*/false); });
     case ScheduleKind::Zb1p:
-      return std::make_unique<BuilderSchedule>(kind, Layouts::SingleChunk, true, true,
-                                               detail::build_zb1p);
+      return std::make_unique<BuilderSchedule>(
+          kind, Layouts::SingleChunk, true, true,
+          BuilderSchedule::StoppingBuilder(detail::build_zb1p));
     case ScheduleKind::CriticalPath:
-      return std::make_unique<BuilderSchedule>(kind, Layouts::SingleChunk, true, false,
-                                               detail::build_critical_path);
+      return std::make_unique<BuilderSchedule>(
+          kind, Layouts::SingleChunk, true, false,
+          BuilderSchedule::StoppingBuilder(detail::build_critical_path));
     case ScheduleKind::PipeDream:
     case ScheduleKind::PipeDream2BW:
       // The 1F1B order; the weight update rule rides on the order (weight_versions.h).

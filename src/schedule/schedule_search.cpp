@@ -132,6 +132,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   std::map<ScheduleKind, std::unique_ptr<Schedule>> schedules;
   Simulator simulator;
   SimResult scratch;
+  SimResult timing;  // a timed build's makespan and busy times
   SearchResult result;
   std::optional<Violation> smallest;
   bool any_applies = false;
@@ -140,6 +141,11 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   std::vector<int> best_order;
   ScheduleOrder best_schedule;
   SimResult best_sim;  // the winner's unrecorded run (!options.record_winner)
+  // The last cyclic candidate's index, micro-batch orders and built orders (wait-free-cyclic
+  // builds the same orders without the barriers).
+  int cyclic_candidate = -1;
+  std::vector<std::vector<int>> cyclic_mb_orders;
+  std::vector<ScheduleOrder> cyclic_orders;
 
   for (int ci = 0; ci < static_cast<int>(candidates.size()); ++ci) {
     const SearchCandidate& candidate = candidates[ci];
@@ -159,6 +165,19 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     const bool permute = options.permute && (schedule.adaptive() || options.permute_fixed);
     const std::vector<std::vector<int>> orders =
         micro_batch_orders(candidate.problem, permute, options);
+    // wait-free-cyclic right after cyclic on an equal problem (make_search_candidates'
+    // order) takes cyclic's orders, barriers dropped, rather than building them again.
+    const bool keep_cyclic = options.shortcuts && candidate.schedule == ScheduleKind::Cyclic;
+    const bool reuse_cyclic = options.shortcuts &&
+                              candidate.schedule == ScheduleKind::WaitFreeCyclic &&
+                              ci > 0 && cyclic_candidate == ci - 1 &&
+                              cyclic_mb_orders == orders &&
+                              candidates[ci - 1].problem == candidate.problem;
+    if (keep_cyclic) {
+      cyclic_candidate = ci;
+      cyclic_mb_orders = orders;
+      cyclic_orders.clear();
+    }
 
     // The given order alone (quick searches, fixed schedules): no permuted copy.
     const bool given_only = orders.size() == 1;
@@ -172,21 +191,56 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
           permuted.costs[i] = candidate.problem.costs[mb_order[i]];
         }
       }
+      // Once something fits, a build or run stops where it can no longer beat it.
+      const double stop_at_ms = best >= 0 ? best_ms : Schedule::kNoStop;
       std::string why_not;
-      std::optional<ScheduleOrder> order = schedule.build(problem, &why_not);
+      bool stopped = false;
+      std::optional<ScheduleOrder> order;
+      const std::size_t k = static_cast<std::size_t>(&mb_order - orders.data());
+      if (reuse_cyclic && k < cyclic_orders.size()) {
+        order = std::move(cyclic_orders[k]);
+        order->op_cycle.clear();
+        ++result.reused_builds;
+      } else {
+        order = schedule.build(problem, &why_not,
+                               options.shortcuts ? stop_at_ms : Schedule::kNoStop, &stopped,
+                               &timing);
+      }
+      if (stopped) {
+        any_applies = true;
+        ++result.stopped_builds;
+        continue;
+      }
       if (!order) {
         result.rejected.push_back(cat(label, ": ", why_not));
         break;
       }
       any_applies = true;
-      // Once something fits, a run stops where it can no longer beat it.
-      simulator.run(problem, *order,
-                    SimOptions{.record = false,
-                               .stop_at_ms = best >= 0 ? best_ms
-                                                       : std::numeric_limits<double>::infinity()},
-                    &scratch);
-      ++result.simulations;
-      if (scratch.stopped) continue;
+      const ScheduleOrder* built = &*order;
+      if (keep_cyclic) built = &cyclic_orders.emplace_back(std::move(*order));
+      // The builders make one op list per pipeline device: a problem with replicated
+      // stages wants more, and its run is checked (and throws, as it always did).
+      const bool builders_fit = problem.stage_replicas.empty();
+      // A finished timed build is its own unrecorded run: every op ended below stop_at_ms
+      // at the simulator's times (so the run would not stop) and the builder summed the
+      // makespan and busy times as the simulator does; the peaks depend on the order only.
+      if (options.shortcuts && schedule.timed() && builders_fit) {
+        simulator.memory(problem, *built, &scratch);
+        scratch.makespan_ms = timing.makespan_ms;
+        std::swap(scratch.busy_ms, timing.busy_ms);
+        scratch.timeline.clear();
+        scratch.transfers.clear();
+        scratch.stopped = false;
+        ++result.unsimulated;
+      } else {
+        // The problem is a reordering of a validated one and the order is a builder's: the
+        // winner's order is checked below.
+        const SimOptions sim_options{
+            .record = false, .stop_at_ms = stop_at_ms, .check = !builders_fit};
+        simulator.run(problem, *built, sim_options, &scratch);
+        ++result.simulations;
+        if (scratch.stopped) continue;
+      }
       if (!scratch.fits_memory) {
         for (int d = 0; d < problem.layout.num_devices; ++d) {
           const std::int64_t excess = scratch.peak_memory_bytes[d] - problem.memory_limit_bytes;
@@ -204,7 +258,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         best = ci;
         best_ms = scratch.makespan_ms;
         best_order = mb_order;
-        best_schedule = std::move(*order);
+        best_schedule = keep_cyclic ? *built : std::move(*order);
         if (!options.record_winner) best_sim = scratch;
       }
     }
@@ -241,7 +295,8 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   const bool given_order = std::is_sorted(best_order.begin(), best_order.end());
   if (!options.record_winner && given_order) {
     // The same problem and order as the recording run would simulate: the same result
-    // but for the timeline and transfers.
+    // but for the timeline and transfers. It ran unchecked: check it now.
+    simulator.check(winner.problem, best_schedule);
     result.sim = std::move(best_sim);
   } else {
     simulator.run(winner.problem, best_schedule, SimOptions{.record = options.record_winner},

@@ -154,11 +154,21 @@ void Simulator::throw_blocked(const PipelineProblem& problem, const ScheduleOrde
                   join(blocked, "; ")));
 }
 
-void Simulator::reset(const PipelineProblem& problem, const ScheduleOrder& order) {
+void Simulator::set_devices(const PipelineProblem& problem) {
   device_of_sim_.clear();
   for (int d = 0; d < problem.layout.num_devices; ++d) {
     device_of_sim_.insert(device_of_sim_.end(), problem.replicas_of(d), d);
   }
+}
+
+void Simulator::memory(const PipelineProblem& problem, const ScheduleOrder& order,
+                       SimResult* result) {
+  set_devices(problem);
+  compute_memory(problem, order, result);
+}
+
+void Simulator::reset(const PipelineProblem& problem, const ScheduleOrder& order) {
+  set_devices(problem);
   const int num_devices = problem.num_sim_devices();
   const std::size_t cells =
       static_cast<std::size_t>(problem.num_microbatches()) * problem.num_stages();
@@ -306,8 +316,7 @@ std::size_t Simulator::run_ops(const Run& run) {
 
 void Simulator::run(const PipelineProblem& problem, const ScheduleOrder& order,
                     const SimOptions& options, SimResult* result) {
-  problem.validate();
-  check_order(problem, order);
+  if (options.check) check(problem, order);
   reset(problem, order);
 
   std::size_t total_ops = 0;

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <utility>
 #include <vector>
@@ -44,7 +45,8 @@ struct DeviceState {
 
 }  // namespace
 
-ScheduleOrder build_zb1p(const PipelineProblem& problem) {
+std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double stop_at_ms,
+                                        SimResult* timing) {
   const int m = problem.num_microbatches();
   const int num_devices = problem.layout.num_devices;  // == stages (chunks == 1)
   ScheduleOrder order;
@@ -67,6 +69,10 @@ ScheduleOrder build_zb1p(const PipelineProblem& problem) {
     for (int mb = m - warmup; mb < m; ++mb) seq.push_back({mb, d, OpKind::I});
   }
 
+  if (timing != nullptr) {
+    timing->makespan_ms = 0;
+    timing->busy_ms.assign(num_devices, 0.0);
+  }
   using Wakeup = std::pair<double, int>;  // (time, device), earliest first
   std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<>> wakeups;
   for (int d = 0; d < num_devices; ++d) wakeups.emplace(0.0, d);
@@ -124,6 +130,14 @@ ScheduleOrder build_zb1p(const PipelineProblem& problem) {
     }
 
     const double end = now + problem.op_ms(op);
+    // The simulator times this op the same way (start = now, the end of its device's
+    // last op or its input's arrival), so the order cannot beat stop_at_ms.
+    if (end >= stop_at_ms) return std::nullopt;
+    if (timing != nullptr) {
+      // In each device's op order, as the simulator adds them up.
+      timing->busy_ms[d] += end - now;
+      timing->makespan_ms = std::max(timing->makespan_ms, end);
+    }
     dev.free_ms = end;
     order.device_ops[d].push_back(op);
     const std::size_t k = cell(op.mb, s);

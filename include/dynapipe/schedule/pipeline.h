@@ -38,6 +38,7 @@ struct PipelineLayout {
   int chunks = 1;       // virtual stages per device (> 1 only for interleaved)
   int num_stages() const { return num_devices * chunks; }
   int device_of(int stage) const { return stage % num_devices; }
+  friend bool operator==(const PipelineLayout&, const PipelineLayout&) = default;
 };
 
 // When weights change (docs/schedules.md, "Asynchronous schedules"). PerIteration: one
@@ -81,7 +82,35 @@ struct PipelineProblem {
   // Throws InvalidArgument naming the first inconsistent field (layout >= 1, costs
   // [mb][num_stages()], static_bytes [num_devices], non-negative costs and limits).
   void validate() const;
+  friend bool operator==(const PipelineProblem&, const PipelineProblem&) = default;
 };
+
+// Defined here so that the schedule builders' and the simulator's per-op loops inline
+// them (out of line they cost ~6% of a plan).
+inline double PipelineProblem::p2p_ms(std::int64_t bytes) const {
+  if (link_bandwidth_gbs <= 0) return 0;
+  // GB/s = 1e9 bytes per second = 1e6 bytes per millisecond.
+  return link_latency_ms + static_cast<double>(bytes) / (link_bandwidth_gbs * 1e6);
+}
+
+inline int PipelineProblem::sim_device_of(const PipelineOp& op) const {
+  const int device = layout.device_of(op.stage);
+  if (stage_replicas.empty()) return device;
+  int first = 0;
+  for (int d = 0; d < device; ++d) first += stage_replicas[d];
+  return first + op.mb % stage_replicas[device];
+}
+
+inline double PipelineProblem::op_ms(const PipelineOp& op) const {
+  const StageCost& c = costs[op.mb][op.stage];
+  switch (op.kind) {
+    case OpKind::F: return c.fwd_ms;
+    case OpKind::B: return c.bwd_ms;
+    case OpKind::I: return c.bwd_input_ms;
+    case OpKind::W: return c.bwd_weight_ms;
+  }
+  return 0;
+}
 
 struct ScheduleOrder {
   std::vector<std::vector<PipelineOp>> device_ops;  // [device] -> ops in execution order

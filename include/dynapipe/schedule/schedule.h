@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,8 +79,26 @@ class Schedule {
   // *why_not (when non-null) if this schedule does not apply to the problem, e.g.
   // "interleaved needs layout.chunks >= 2, got 1". Micro-batches are injected in id
   // order 0, 1, ...; reorder the problem to try other orders.
+  std::optional<ScheduleOrder> build(const PipelineProblem& problem, std::string* why_not) const {
+    return build(problem, why_not, kNoStop, nullptr, nullptr);
+  }
+
+  // build() with a search's early exit: the list schedules (zb1p, critical-path) time
+  // their choices exactly as the simulator does, so once one of their ops ends at or
+  // after stop_at_ms the order's simulated makespan cannot be below it
+  // (SimOptions::stop_at_ms's rule); they give up there and return nullopt with
+  // *stopped = true (`stopped` must then be non-null). The other schedules build in
+  // full. *stopped is false whenever an order or a why_not comes back. With a returned
+  // order a timed schedule also sets timing->makespan_ms and ->busy_ms (when non-null)
+  // to what an unrecorded simulation of it reports, bit for bit; the rest is untouched.
   virtual std::optional<ScheduleOrder> build(const PipelineProblem& problem,
-                                             std::string* why_not) const = 0;
+                                             std::string* why_not, double stop_at_ms,
+                                             bool* stopped, SimResult* timing) const = 0;
+  static constexpr double kNoStop = std::numeric_limits<double>::infinity();
+
+  // True when build() honours stop_at_ms and reports the order's timing (zb1p,
+  // critical-path): an order it returns simulates to a makespan below stop_at_ms.
+  virtual bool timed() const { return false; }
 
   // True when the order depends on the micro-batches' costs or memory (cyclic,
   // wait-free-cyclic, zb1p), so that trying other micro-batch orders can pay off.

@@ -52,6 +52,14 @@ struct SearchOptions {
   // (the same makespan, peaks and busy times, empty timeline), as a planner ranking many
   // micro-batchings by makespan needs. Default: on.
   bool record_winner = true;
+  // Exact shortcuts, the same result either way (off only to test that): a list
+  // schedule's build stops once it cannot beat the best so far (Schedule::build), as its
+  // simulation would (SimOptions::stop_at_ms, always on), and needs no simulation;
+  // wait-free-cyclic right after cyclic on an equal problem takes cyclic's orders without
+  // the barriers instead of building them again; a finished zb1p or critical-path build
+  // (Schedule::timed) is not simulated: its own clock gives the makespan and busy times,
+  // a memory pass the peaks. Default: on.
+  bool shortcuts = true;
   void validate() const;  // throws InvalidArgument naming the field
 };
 
@@ -79,6 +87,9 @@ struct SearchResult {
   ScheduleOrder order;
   SimResult sim;                // recorded (timeline + transfers), original ids
   int simulations = 0;          // how many simulations the search ran
+  int stopped_builds = 0;       // builds given up: their ops already ran past the best
+  int reused_builds = 0;        // wait-free-cyclic orders taken from cyclic's
+  int unsimulated = 0;          // finished timed builds, timed by their builder
   int pruned = 0;               // candidates skipped: their lower bound >= the best found
   std::vector<std::string> rejected;  // one line per candidate that did not apply or fit
 };

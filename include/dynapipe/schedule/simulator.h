@@ -50,6 +50,11 @@ struct SimOptions {
   // the earlier candidate). Ops are resolved in dependency order, not time order, but any
   // op's end bounds the makespan from below, so stopping is exact.
   double stop_at_ms = std::numeric_limits<double>::infinity();
+  // Validate the problem and check the order first (Simulator::check). Off: the caller
+  // vouches for both, as search_schedule does for the orders its schedules build of a
+  // problem it validated (it checks the winner's); a bad order then gives unspecified
+  // results. Default: on.
+  bool check = true;
 };
 
 // Simulator with scratch buffers reused across runs, so that repeated runs (a search)
@@ -75,6 +80,16 @@ class Simulator {
     run(problem, order, options, &result);
     return result;
   }
+  // The memory run() reports (peak_memory_bytes, peak_op, fits_memory) without the
+  // timing, which it does not depend on; the other fields are left as they are. Unchecked
+  // (SimOptions::check off): for an order known to be complete.
+  void memory(const PipelineProblem& problem, const ScheduleOrder& order, SimResult* result);
+  // What run() checks before it simulates, but for the deadlock: throws InvalidArgument
+  // as run() does.
+  void check(const PipelineProblem& problem, const ScheduleOrder& order) {
+    problem.validate();
+    check_order(problem, order);
+  }
 
  private:
   void check_order(const PipelineProblem& problem, const ScheduleOrder& order);
@@ -91,6 +106,7 @@ class Simulator {
     int stages;  // problem.num_stages(), read per op
   };
   void reset(const PipelineProblem& problem, const ScheduleOrder& order);
+  void set_devices(const PipelineProblem& problem);  // device_of_sim_
   std::size_t run_ops(const Run& run);
   // When op i of device d may start (its inputs and its cycle's barrier), or < 0 if not yet.
   double ready_ms(const Run& run, int d, std::size_t i) const;

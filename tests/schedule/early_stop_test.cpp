@@ -1,0 +1,310 @@
+// The search's exact shortcuts: a list schedule (zb1p, critical-path) given stop_at_ms
+// gives up exactly when the simulator would stop its order (an op ending at or after it);
+// wait-free-cyclic reuses cyclic's orders; a search with the shortcuts finds what a search
+// without them finds, bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dynapipe/core/error.h"
+#include "dynapipe/core/rng.h"
+#include "dynapipe/core/units.h"
+#include "dynapipe/schedule/schedule.h"
+#include "dynapipe/schedule/schedule_search.h"
+#include "dynapipe/schedule/simulator.h"
+#include "schedule/schedule_test_util.h"
+
+namespace dynapipe {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+struct Built {
+  std::optional<ScheduleOrder> order;
+  bool stopped = false;
+};
+
+Built build(ScheduleKind kind, const PipelineProblem& p, double stop_at_ms,
+            SimResult* timing = nullptr) {
+  Built built;
+  std::string why_not;
+  built.order = make_schedule(kind)->build(p, &why_not, stop_at_ms, &built.stopped, timing);
+  EXPECT_TRUE(built.order || built.stopped) << why_not;
+  return built;
+}
+
+// The hand-checked case of CriticalPathTest.LongThenShortOnTwoDevicesExactly: makespan 16
+// (device 0's B2 ends at 16; every other op by 14).
+TEST(EarlyStopTest, CriticalPathStopsAtItsMakespanExactly) {
+  PipelineProblem p = testing::uniform_problem(3, 2, 1.0, 2.0);
+  for (auto& per_stage : p.costs) {
+    for (StageCost& c : per_stage) c.bwd_input_ms = c.bwd_weight_ms = 0;
+  }
+  for (StageCost& c : p.costs[0]) {
+    c.fwd_ms = 2.0;
+    c.bwd_ms = 4.0;
+  }
+  const Built full = build(ScheduleKind::CriticalPath, p, kInfinity);
+  ASSERT_TRUE(full.order);
+  EXPECT_DOUBLE_EQ(simulate(p, *full.order).makespan_ms, 16.0);
+  // Ties cannot beat the best: an op ending at 16 stops it, as it stops the simulator.
+  EXPECT_TRUE(build(ScheduleKind::CriticalPath, p, 16.0).stopped);
+  EXPECT_TRUE(build(ScheduleKind::CriticalPath, p, 15.0).stopped);
+  EXPECT_TRUE(build(ScheduleKind::CriticalPath, p, 1.0).stopped);
+  const Built above = build(ScheduleKind::CriticalPath, p, 16.5);
+  EXPECT_FALSE(above.stopped);
+  ASSERT_TRUE(above.order);
+  EXPECT_EQ(above.order->device_ops, full.order->device_ops);
+}
+
+std::string letters(const std::vector<PipelineOp>& ops) {
+  std::string text;
+  for (const PipelineOp& op : ops) text += cat(op_kind_letter(op.kind), op.mb, ' ');
+  return text;
+}
+
+// 4 equal micro-batches on 2 devices, F = I = W = 1, free messages. By hand: device 1
+// waits for F0 until 1 and runs F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3 back to back to 13;
+// device 0 holds at most 2 micro-batches between F and W: F0 F1 [0,2], waits for I0's
+// gradient until 3, I0 W0 F2 [3,6], I1 W1 F3 I2 [6,10], W2 while I3's gradient comes,
+// I3 W3 [11,13]. Makespan 13.
+TEST(EarlyStopTest, Zb1pStopsAtItsMakespanExactly) {
+  const PipelineProblem p = testing::uniform_problem(4, 2, 1.0, 2.0);
+  const Built full = build(ScheduleKind::Zb1p, p, kInfinity);
+  ASSERT_TRUE(full.order);
+  EXPECT_EQ(letters(full.order->device_ops[0]), "F0 F1 I0 W0 F2 I1 W1 F3 I2 W2 I3 W3 ");
+  EXPECT_EQ(letters(full.order->device_ops[1]), "F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3 ");
+  EXPECT_DOUBLE_EQ(simulate(p, *full.order).makespan_ms, 13.0);
+  EXPECT_TRUE(build(ScheduleKind::Zb1p, p, 13.0).stopped);
+  EXPECT_TRUE(build(ScheduleKind::Zb1p, p, 7.5).stopped);
+  const Built above = build(ScheduleKind::Zb1p, p, 13.25);
+  ASSERT_TRUE(above.order);
+  EXPECT_FALSE(above.stopped);
+  EXPECT_EQ(above.order->device_ops, full.order->device_ops);
+}
+
+// Schedules without their own clock build in full whatever the cutoff.
+TEST(EarlyStopTest, OtherSchedulesIgnoreTheCutoff) {
+  const PipelineProblem p = testing::uniform_problem(4, 2, 1.0, 2.0);
+  for (const char* name : {"gpipe", "1f1b", "cyclic", "wait-free-cyclic"}) {
+    bool stopped = true;
+    std::string why_not;
+    EXPECT_TRUE(make_schedule(name)->build(p, &why_not, 0.5, &stopped, nullptr)) << name;
+    EXPECT_FALSE(stopped) << name;
+  }
+}
+
+// On random problems (links, memory limits tight and loose) each list schedule's own
+// clock ends where the simulator's does, to the bit: it stops at the simulated makespan,
+// builds the same order just above it, and reports the run's makespan and busy times.
+TEST(EarlyStopTest, BuildersStopExactlyAtTheSimulatedMakespanOnRandomProblems) {
+  Rng rng(20261126);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int devices = static_cast<int>(rng.uniform_int(1, 6));
+    const int m = static_cast<int>(rng.uniform_int(1, 24));
+    PipelineProblem p = testing::random_problem(rng, m, devices, 1);
+    if (trial % 3 == 1) p.memory_limit_bytes = rng.uniform_int(500, 4000);
+    if (trial % 7 == 0) p.costs[0][0].fwd_ms = 0;  // a zero-length op ties with its neighbour
+    for (ScheduleKind kind : {ScheduleKind::Zb1p, ScheduleKind::CriticalPath}) {
+      SimResult timing;
+      const Built full = build(kind, p, kInfinity, &timing);
+      ASSERT_TRUE(full.order);
+      const SimResult run = simulate(p, *full.order, SimOptions{.record = false});
+      const double makespan = run.makespan_ms;
+      EXPECT_EQ(timing.makespan_ms, makespan) << schedule_kind_name(kind) << " trial " << trial;
+      EXPECT_EQ(timing.busy_ms, run.busy_ms) << schedule_kind_name(kind) << " trial " << trial;
+      EXPECT_TRUE(build(kind, p, makespan).stopped)
+          << schedule_kind_name(kind) << " trial " << trial;
+      const Built above = build(kind, p, std::nextafter(makespan, kInfinity));
+      ASSERT_TRUE(above.order) << schedule_kind_name(kind) << " trial " << trial;
+      EXPECT_EQ(above.order->device_ops, full.order->device_ops);
+    }
+  }
+}
+
+// A repeat of the winner ties with it, so its build stops at its last op (ties keep the
+// earlier candidate) and is never simulated; the first is timed by its own build.
+TEST(EarlyStopTest, SearchStopsARepeatedWinnersBuild) {
+  const PipelineProblem p = testing::uniform_problem(8, 4, 1.0, 2.0);
+  const std::vector<SearchCandidate> twice = {{ScheduleKind::Zb1p, Recompute::None, p},
+                                              {ScheduleKind::Zb1p, Recompute::None, p}};
+  SearchOptions options;
+  options.permute = false;
+  const SearchResult r = search_schedule(twice, options);
+  EXPECT_EQ(r.candidate, 0);
+  EXPECT_EQ(r.stopped_builds, 1);
+  EXPECT_EQ(r.unsimulated, 1);  // the first candidate: its build timed it
+  EXPECT_EQ(r.simulations, 1);  // the winner's recorded run
+  options.shortcuts = false;
+  const SearchResult slow = search_schedule(twice, options);
+  EXPECT_EQ(slow.candidate, 0);
+  EXPECT_EQ(slow.stopped_builds, 0);
+  EXPECT_EQ(slow.unsimulated, 0);
+  EXPECT_EQ(slow.simulations, 3);
+}
+
+// Cyclic then wait-free-cyclic on one problem: each of wait-free-cyclic's 8 orders (the
+// default max_orders: as given, longest first, 6 orders of 4 clusters) is cyclic's, and the
+// result is the one built without the reuse. A different problem builds its own.
+TEST(EarlyStopTest, WaitFreeCyclicReusesCyclicsOrders) {
+  PipelineProblem p = testing::uniform_problem(9, 3, 1.0, 2.0);
+  for (int mb = 0; mb < 9; ++mb) {
+    for (StageCost& c : p.costs[mb]) {
+      c.fwd_ms *= 1 + mb % 3;
+      c.bwd_ms *= 1 + mb % 3;
+    }
+  }
+  std::vector<SearchCandidate> pair = {{ScheduleKind::Cyclic, Recompute::None, p},
+                                       {ScheduleKind::WaitFreeCyclic, Recompute::None, p}};
+  SearchOptions options;
+  const SearchResult r = search_schedule(pair, options);
+  EXPECT_EQ(r.reused_builds, 8);
+  options.shortcuts = false;
+  const SearchResult slow = search_schedule(pair, options);
+  EXPECT_EQ(slow.reused_builds, 0);
+  EXPECT_EQ(r.candidate, slow.candidate);
+  EXPECT_EQ(r.mb_order, slow.mb_order);
+  EXPECT_EQ(r.order.device_ops, slow.order.device_ops);
+  EXPECT_EQ(r.order.op_cycle, slow.order.op_cycle);
+  EXPECT_EQ(r.sim.makespan_ms, slow.sim.makespan_ms);
+  // Not after an unequal problem.
+  pair[1].problem.costs[0][0].fwd_ms += 0.5;
+  EXPECT_EQ(search_schedule(pair).reused_builds, 0);
+}
+
+// The memory of an order, alone, is what a full run reports, on random problems with
+// limits (async orders with their stashed versions too).
+TEST(EarlyStopTest, MemoryAloneEqualsTheRunsMemory) {
+  Rng rng(31);
+  Simulator simulator;
+  for (int trial = 0; trial < 100; ++trial) {
+    PipelineProblem p = testing::random_problem(rng, static_cast<int>(rng.uniform_int(1, 12)),
+                                                static_cast<int>(rng.uniform_int(1, 5)), 1);
+    p.memory_limit_bytes = rng.uniform_int(500, 4000);
+    p.weight_bytes.assign(p.layout.num_devices, rng.uniform_int(0, 300));
+    for (const char* name : {"1f1b", "zb1p", "critical-path", "pipedream", "pipedream-2bw"}) {
+      const ScheduleOrder order = *make_schedule(name)->build(p, nullptr);
+      const SimResult run = simulator.run(p, order);
+      SimResult alone;
+      simulator.memory(p, order, &alone);
+      EXPECT_EQ(alone.peak_memory_bytes, run.peak_memory_bytes) << name << " trial " << trial;
+      EXPECT_EQ(alone.peak_op, run.peak_op) << name;
+      EXPECT_EQ(alone.fits_memory, run.fits_memory) << name;
+    }
+  }
+}
+
+// zb1p alone under a limit it cannot meet (device 0 holds 4 micro-batches of 10 GiB, + 1
+// GiB working memory: 41 GiB): its memory is found without a simulation, and the error is
+// the same.
+TEST(EarlyStopTest, UnfitTimedBuildsReportTheSameViolation) {
+  PipelineProblem p = testing::uniform_problem(8, 4, 1.0, 2.0);
+  for (auto& per_stage : p.costs) {
+    for (StageCost& c : per_stage) {
+      c.stored_bytes = 10 * kGiB;
+      c.peak_bytes = kGiB;
+    }
+  }
+  p.memory_limit_bytes = 25 * kGiB;
+  const std::vector<SearchCandidate> zb1p = {{ScheduleKind::Zb1p, Recompute::None, p}};
+  std::string with, without;
+  SearchOptions options;
+  try {
+    search_schedule(zb1p, options);
+  } catch (const Error& e) {
+    with = e.what();
+  }
+  options.shortcuts = false;
+  try {
+    search_schedule(zb1p, options);
+  } catch (const Error& e) {
+    without = e.what();
+  }
+  EXPECT_EQ(with.rfind("--memory-limit 25 GiB: no schedule fits; micro-batch ", 0), 0u) << with;
+  EXPECT_NE(with.find("(schedule zb1p, recompute none)"), std::string::npos) << with;
+  EXPECT_EQ(with, without);
+}
+
+// The builders order one list per pipeline device; a problem with replicated stages is
+// simulated checked, so the search still rejects their orders (first candidate zb1p, which
+// would otherwise have its memory taken unchecked).
+TEST(EarlyStopTest, ReplicatedProblemsAreStillRejected) {
+  PipelineProblem p = testing::uniform_problem(4, 2, 1.0, 2.0);
+  p.stage_replicas = {2, 1};
+  p.memory_limit_bytes = 1000;
+  const std::vector<SearchCandidate> zb1p = {{ScheduleKind::Zb1p, Recompute::None, p}};
+  try {
+    search_schedule(zb1p);
+    FAIL() << "expected InvalidArgument";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("one op list per device (3), got 2"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Random searches over every schedule, permuted and random orders, memory limits that
+// reject some candidates: the same winner, order, makespan, peaks and rejections with the
+// builds' early exits as without (the simulations then stop instead), and they do fire.
+TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
+  Rng rng(8);
+  int stopped_builds = 0, reused_builds = 0, unsimulated = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int devices = static_cast<int>(rng.uniform_int(1, 5));
+    const int m = static_cast<int>(rng.uniform_int(1, 16));
+    PipelineProblem plain = testing::random_problem(rng, m, devices, 1);
+    PipelineProblem interleaved = testing::random_problem(rng, m, devices, 2);
+    if (trial % 2 == 1) {
+      plain.memory_limit_bytes = interleaved.memory_limit_bytes = rng.uniform_int(800, 5000);
+    }
+    std::vector<SearchCandidate> candidates;
+    for (ScheduleKind kind : schedule_kinds()) {
+      const bool virtual_stages = make_schedule(kind)->needs_virtual_stages();
+      candidates.push_back({kind, Recompute::None, virtual_stages ? interleaved : plain});
+    }
+    SearchOptions fast;
+    fast.random_orders = static_cast<int>(rng.uniform_int(0, 3));
+    fast.max_orders += fast.random_orders;
+    fast.seed = static_cast<std::uint64_t>(trial);
+    fast.record_winner = trial % 3 != 0;
+    SearchOptions slow = fast;
+    slow.shortcuts = false;
+    auto run = [&](const SearchOptions& options) -> std::optional<SearchResult> {
+      try {
+        return search_schedule(candidates, options);
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Infeasible) << e.what();
+        return std::nullopt;
+      }
+    };
+    const std::optional<SearchResult> a = run(fast), b = run(slow);
+    ASSERT_EQ(a.has_value(), b.has_value()) << "trial " << trial;
+    if (!a) continue;
+    EXPECT_EQ(a->candidate, b->candidate) << "trial " << trial;
+    EXPECT_EQ(a->mb_order, b->mb_order);
+    EXPECT_EQ(a->order.device_ops, b->order.device_ops);
+    EXPECT_EQ(a->sim.makespan_ms, b->sim.makespan_ms);
+    EXPECT_EQ(a->sim.busy_ms, b->sim.busy_ms);
+    EXPECT_EQ(a->sim.peak_memory_bytes, b->sim.peak_memory_bytes);
+    EXPECT_EQ(a->rejected, b->rejected);
+    EXPECT_EQ(b->stopped_builds, 0);
+    EXPECT_EQ(b->reused_builds, 0);
+    // Each stopped build is one simulation that would have stopped; each unsimulated
+    // order one whose result its builder and the memory pass gave.
+    EXPECT_EQ(a->simulations + a->stopped_builds + a->unsimulated, b->simulations);
+    EXPECT_EQ(b->unsimulated, 0);
+    stopped_builds += a->stopped_builds;
+    reused_builds += a->reused_builds;
+    unsimulated += a->unsimulated;
+  }
+  EXPECT_GT(stopped_builds, 0);
+  EXPECT_GT(reused_builds, 0);
+  EXPECT_GT(unsimulated, 0);
+}
+
+}  // namespace
+}  // namespace dynapipe
