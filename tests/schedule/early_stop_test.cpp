@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
@@ -37,6 +38,18 @@ Built build(ScheduleKind kind, const PipelineProblem& p, double stop_at_ms,
   return built;
 }
 
+// A build given the cutoff `makespan` or anything below (ties cannot beat the best, as in the
+// simulator) stops; given `above` (> makespan) it builds `full`'s order.
+void expect_stops_below(ScheduleKind kind, const PipelineProblem& p, const Built& full,
+                        double makespan, std::initializer_list<double> below, double above) {
+  EXPECT_TRUE(build(kind, p, makespan).stopped);
+  for (double cutoff : below) EXPECT_TRUE(build(kind, p, cutoff).stopped) << cutoff;
+  const Built built = build(kind, p, above);
+  EXPECT_FALSE(built.stopped);
+  ASSERT_TRUE(built.order);
+  EXPECT_EQ(built.order->device_ops, full.order->device_ops);
+}
+
 // The hand-checked case of CriticalPathTest.LongThenShortOnTwoDevicesExactly: makespan 16
 // (device 0's B2 ends at 16; every other op by 14).
 TEST(EarlyStopTest, CriticalPathStopsAtItsMakespanExactly) {
@@ -51,14 +64,7 @@ TEST(EarlyStopTest, CriticalPathStopsAtItsMakespanExactly) {
   const Built full = build(ScheduleKind::CriticalPath, p, kInfinity);
   ASSERT_TRUE(full.order);
   EXPECT_DOUBLE_EQ(simulate(p, *full.order).makespan_ms, 16.0);
-  // Ties cannot beat the best: an op ending at 16 stops it, as it stops the simulator.
-  EXPECT_TRUE(build(ScheduleKind::CriticalPath, p, 16.0).stopped);
-  EXPECT_TRUE(build(ScheduleKind::CriticalPath, p, 15.0).stopped);
-  EXPECT_TRUE(build(ScheduleKind::CriticalPath, p, 1.0).stopped);
-  const Built above = build(ScheduleKind::CriticalPath, p, 16.5);
-  EXPECT_FALSE(above.stopped);
-  ASSERT_TRUE(above.order);
-  EXPECT_EQ(above.order->device_ops, full.order->device_ops);
+  expect_stops_below(ScheduleKind::CriticalPath, p, full, 16.0, {15.0, 1.0}, 16.5);
 }
 
 std::string letters(const std::vector<PipelineOp>& ops) {
@@ -79,12 +85,7 @@ TEST(EarlyStopTest, Zb1pStopsAtItsMakespanExactly) {
   EXPECT_EQ(letters(full.order->device_ops[0]), "F0 F1 I0 W0 F2 I1 W1 F3 I2 W2 I3 W3 ");
   EXPECT_EQ(letters(full.order->device_ops[1]), "F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3 ");
   EXPECT_DOUBLE_EQ(simulate(p, *full.order).makespan_ms, 13.0);
-  EXPECT_TRUE(build(ScheduleKind::Zb1p, p, 13.0).stopped);
-  EXPECT_TRUE(build(ScheduleKind::Zb1p, p, 7.5).stopped);
-  const Built above = build(ScheduleKind::Zb1p, p, 13.25);
-  ASSERT_TRUE(above.order);
-  EXPECT_FALSE(above.stopped);
-  EXPECT_EQ(above.order->device_ops, full.order->device_ops);
+  expect_stops_below(ScheduleKind::Zb1p, p, full, 13.0, {7.5}, 13.25);
 }
 
 // Schedules without their own clock build in full whatever the cutoff.
