@@ -171,11 +171,6 @@ struct Choice {
   bool baseline_cut = false;
 };
 
-// The ranked choice whose quick search ran on these micro-batches with this schedule and
-// recompute mode (every entry of rank_dp_plans()'s list is such a search), or nullptr.
-// Searches are deterministic, so a repeat gives that choice's result: T5-11B pp 8 plans
-// of short samples cut the same micro-batches under ~3 of ~14 targets (the row-capacity
-// cut often is the packed-rows cut).
 // Each replica's micro-batches of a choice, as search_replicas() takes them.
 std::vector<std::vector<MicroBatch>> replica_microbatches(const Choice& choice) {
   std::vector<std::vector<MicroBatch>> replicas;
@@ -199,6 +194,11 @@ bool same_cut(const Choice& a, const Choice& b) {
                   [&](std::size_t r) -> const std::vector<MicroBatch>& { return b.replicas[r].microbatches; });
 }
 
+// The ranked choice whose quick search ran on these micro-batches with this schedule and
+// recompute mode (every entry of rank_dp_plans()'s list is such a search), or nullptr.
+// Searches are deterministic, so a repeat gives that choice's result: T5-11B pp 8 plans
+// of short samples cut the same micro-batches under ~3 of ~14 targets (the row-capacity
+// cut often is the packed-rows cut).
 const Choice* same_quick_search(const std::vector<Choice>& ranked,
                                 const std::vector<std::vector<MicroBatch>>& replicas,
                                 ScheduleKind schedule, Recompute recompute) {
@@ -699,16 +699,17 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   // GPT-6.7B pp 4 plans idle ~9%), which saves ~8% of their planning time and changed no
   // issue-8 plan.
   constexpr double kLowIdleBaselineWindow = 1.02, kLowIdleShare = 0.15;
-  const double window_ms = (std::isfinite(others_best_ms) ? others_best_ms : choice->est_ms) *
-                           (idle_share(*choice) > kLowIdleShare ? kBaselineWindow : kLowIdleBaselineWindow);
+  const double base_ms = std::isfinite(others_best_ms) ? others_best_ms : choice->est_ms;
+  const bool idles_much = idle_share(*choice) > kLowIdleShare;
+  const double window_ms = base_ms * (idles_much ? kBaselineWindow : kLowIdleBaselineWindow);
   // A baseline cut's quick estimate runs its micro-batches as the baseline lists them;
   // outside the window it is judged again in its two first orders, as listed and the
   // organ pipe (micro_batch_orders()), which alone gains such a cut up to 6% (GPT-6.7B
   // pp 8 4096): without it packing-varlen's own plan beat dynapipe's at GPT-6.7B pp 4
   // 4096 iterations 0 and 2 (5870.1 vs 5886.4 ms; quick estimate 2.5% above the window's
-  // base, as listed and organ pipe 0.3% below).
-  const double base_ms = std::isfinite(others_best_ms) ? others_best_ms : choice->est_ms;
-  const double two_window_ms = idle_share(*choice) > kLowIdleShare ? window_ms : base_ms;
+  // base, as listed and organ pipe 0.3% below). Where the devices idle little that look
+  // must beat the three's best, not only come within the window (+5% planning, not +15%).
+  const double two_window_ms = idles_much ? window_ms : base_ms;
   auto in_window = [&](const Choice& cut) {
     if (cut.est_ms < window_ms) return true;
     return m.search_replicas(batch, replica_microbatches(cut), cut.schedule, /*quick=*/true,

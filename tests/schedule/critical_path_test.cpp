@@ -16,11 +16,8 @@
 namespace dynapipe {
 namespace {
 
-std::string letters(const std::vector<PipelineOp>& ops) {
-  std::string text;
-  for (const PipelineOp& op : ops) text += cat(op_kind_letter(op.kind), op.mb, ' ');
-  return text;
-}
+using testing::fused;
+using testing::letters;
 
 ScheduleOrder build(const PipelineProblem& p) {
   std::string why_not;
@@ -29,12 +26,15 @@ ScheduleOrder build(const PipelineProblem& p) {
   return *order;
 }
 
-// Whole backward only (I = W = 0), so the schedule runs B.
-PipelineProblem fused(PipelineProblem p) {
-  for (auto& per_stage : p.costs) {
-    for (StageCost& c : per_stage) c.bwd_input_ms = c.bwd_weight_ms = 0;
-  }
-  return p;
+// The critical-path order of a 2-device problem, its makespan and 1F1B's, all by hand.
+void expect_orders(const PipelineProblem& p, const std::string& device0,
+                   const std::string& device1, double makespan_ms, double one_f_one_b_ms) {
+  const ScheduleOrder order = build(p);
+  EXPECT_EQ(letters(order.device_ops[0]), device0);
+  EXPECT_EQ(letters(order.device_ops[1]), device1);
+  EXPECT_DOUBLE_EQ(simulate(p, order).makespan_ms, makespan_ms);
+  EXPECT_DOUBLE_EQ(simulate(p, *make_schedule("1f1b")->build(p, nullptr)).makespan_ms,
+                   one_f_one_b_ms);
 }
 
 // 2 devices, free messages, no limit. mb 0: f = 2, b = 4; mbs 1, 2: f = 1, b = 2.
@@ -42,16 +42,8 @@ PipelineProblem fused(PipelineProblem p) {
 // its forward ends. By hand: dev1 F0 [2,4] B0 [4,8] F1 [8,9] B1 [9,11] F2 [11,12]
 // B2 [12,14]; dev0 F0 F1 F2 [0,4], B0 [8,12] B1 [12,14] B2 [14,16]. 1F1B: 18.
 TEST(CriticalPathTest, LongThenShortOnTwoDevicesExactly) {
-  PipelineProblem p = fused(testing::uniform_problem(3, 2, 1.0, 2.0));
-  for (StageCost& c : p.costs[0]) {
-    c.fwd_ms = 2.0;
-    c.bwd_ms = 4.0;
-  }
-  const ScheduleOrder order = build(p);
-  EXPECT_EQ(letters(order.device_ops[0]), "F0 F1 F2 B0 B1 B2 ");
-  EXPECT_EQ(letters(order.device_ops[1]), "F0 B0 F1 B1 F2 B2 ");
-  EXPECT_DOUBLE_EQ(simulate(p, order).makespan_ms, 16.0);
-  EXPECT_DOUBLE_EQ(simulate(p, *make_schedule("1f1b")->build(p, nullptr)).makespan_ms, 18.0);
+  expect_orders(testing::long_then_short_problem(), "F0 F1 F2 B0 B1 B2 ", "F0 B0 F1 B1 F2 B2 ",
+                16.0, 18.0);
 }
 
 // The limit (215 bytes, 100 stored + 10 peak each) lets a device hold two: device 0
@@ -77,12 +69,8 @@ TEST(CriticalPathTest, MemoryBoundsWhatADeviceHoldsExactly) {
 // W0. By hand: dev0 F0 [0,1] F1 [1,2] I0 [3,4] W0 [4,5] I1 [5,6] W1 [6,7]; dev1 F0 [1,2]
 // I0 [2,3] F1 [3,4] I1 [4,5] W0 [5,6] W1 [6,7]. 1F1B with B = I + W: 9.
 TEST(CriticalPathTest, SplitBackwardDefersWeightPassesExactly) {
-  const PipelineProblem p = testing::uniform_problem(2, 2, 1.0, 2.0);
-  const ScheduleOrder order = build(p);
-  EXPECT_EQ(letters(order.device_ops[0]), "F0 F1 I0 W0 I1 W1 ");
-  EXPECT_EQ(letters(order.device_ops[1]), "F0 I0 F1 I1 W0 W1 ");
-  EXPECT_DOUBLE_EQ(simulate(p, order).makespan_ms, 7.0);
-  EXPECT_DOUBLE_EQ(simulate(p, *make_schedule("1f1b")->build(p, nullptr)).makespan_ms, 9.0);
+  expect_orders(testing::uniform_problem(2, 2, 1.0, 2.0), "F0 F1 I0 W0 I1 W1 ",
+                "F0 I0 F1 I1 W0 W1 ", 7.0, 9.0);
 }
 
 TEST(CriticalPathTest, NeedsOneChunk) {

@@ -22,6 +22,8 @@
 namespace dynapipe {
 namespace {
 
+using testing::letters;
+
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 struct Built {
@@ -53,24 +55,11 @@ void expect_stops_below(ScheduleKind kind, const PipelineProblem& p, const Built
 // The hand-checked case of CriticalPathTest.LongThenShortOnTwoDevicesExactly: makespan 16
 // (device 0's B2 ends at 16; every other op by 14).
 TEST(EarlyStopTest, CriticalPathStopsAtItsMakespanExactly) {
-  PipelineProblem p = testing::uniform_problem(3, 2, 1.0, 2.0);
-  for (auto& per_stage : p.costs) {
-    for (StageCost& c : per_stage) c.bwd_input_ms = c.bwd_weight_ms = 0;
-  }
-  for (StageCost& c : p.costs[0]) {
-    c.fwd_ms = 2.0;
-    c.bwd_ms = 4.0;
-  }
+  const PipelineProblem p = testing::long_then_short_problem();
   const Built full = build(ScheduleKind::CriticalPath, p, kInfinity);
   ASSERT_TRUE(full.order);
   EXPECT_DOUBLE_EQ(simulate(p, *full.order).makespan_ms, 16.0);
   expect_stops_below(ScheduleKind::CriticalPath, p, full, 16.0, {15.0, 1.0}, 16.5);
-}
-
-std::string letters(const std::vector<PipelineOp>& ops) {
-  std::string text;
-  for (const PipelineOp& op : ops) text += cat(op_kind_letter(op.kind), op.mb, ' ');
-  return text;
 }
 
 // 4 equal micro-batches on 2 devices, F = I = W = 1, free messages. By hand: device 1

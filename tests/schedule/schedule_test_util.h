@@ -2,11 +2,21 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "dynapipe/core/rng.h"
+#include "dynapipe/core/strings.h"
 #include "dynapipe/schedule/pipeline.h"
 
 namespace dynapipe::testing {
+
+// One device's ops as "F0 B0 I1 W1 ...", to compare with an order checked by hand.
+inline std::string letters(const std::vector<PipelineOp>& ops) {
+  std::string text;
+  for (const PipelineOp& op : ops) text += cat(op_kind_letter(op.kind), op.mb, ' ');
+  return text;
+}
 
 // m equal micro-batches on `devices` x `chunks` virtual stages; backward split evenly
 // into I and W; no memory limit, free communication.
@@ -54,6 +64,25 @@ inline PipelineProblem random_problem(Rng& rng, int m, int devices, int chunks) 
   if (rng.uniform() < 0.5) {
     p.link_latency_ms = rng.uniform(0.0, 0.5);
     p.link_bandwidth_gbs = rng.uniform(0.001, 0.01);  // 1000 bytes: 0.1 .. 1 ms
+  }
+  return p;
+}
+
+// Whole backward only (I = W = 0), so the schedules run B.
+inline PipelineProblem fused(PipelineProblem p) {
+  for (auto& per_stage : p.costs) {
+    for (StageCost& c : per_stage) c.bwd_input_ms = c.bwd_weight_ms = 0;
+  }
+  return p;
+}
+
+// 2 devices, free messages, no limit, whole backward. mb 0: f = 2, b = 4; mbs 1, 2: f = 1,
+// b = 2 (critical-path's makespan 16, 1F1B's 18: CriticalPathTest.LongThenShort...).
+inline PipelineProblem long_then_short_problem() {
+  PipelineProblem p = fused(uniform_problem(3, 2, 1.0, 2.0));
+  for (StageCost& c : p.costs[0]) {
+    c.fwd_ms = 2.0;
+    c.bwd_ms = 4.0;
   }
   return p;
 }

@@ -13,6 +13,8 @@
 namespace dynapipe {
 namespace {
 
+using testing::letters;
+
 using ::testing::HasSubstr;
 using testing::uniform_problem;
 
@@ -26,12 +28,6 @@ SimResult run(const std::string& name, const PipelineProblem& problem) {
 double mean_bubble(const SimResult& r) {
   auto b = bubble_fractions(r);
   return std::accumulate(b.begin(), b.end(), 0.0) / static_cast<double>(b.size());
-}
-
-std::string letters(const std::vector<PipelineOp>& ops) {
-  std::string text;
-  for (const PipelineOp& op : ops) text += cat(op_kind_letter(op.kind), op.mb, ' ');
-  return text;
 }
 
 TEST(ScheduleTest, RegistryKnowsTheContractNames) {
