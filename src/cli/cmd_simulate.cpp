@@ -1,5 +1,6 @@
 // `dynapipe simulate`: strategy × schedule table on one dataset — estimated iteration
-// time, tokens/s, bubbles, peak memory per stage and the distance to the ideal bound.
+// time, tokens/s, bubbles, peak memory per stage and the distance to the ideal bound,
+// split into what the layer split leaves unbalanced and what the schedule loses.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -41,7 +42,7 @@ void run_simulate(const SimulateFlags& flags) {
               static_cast<long long>(base.global_batch_tokens), base.cost_model.c_str(),
               batches.size());
   TextTable table({"strategy", "schedule", "est. iter ms", "tokens/s", "bubble", "peak GiB/stage",
-                   "ideal ms", "vs ideal", "layers/stage"});
+                   "ideal ms", "vs ideal", "layers/stage", "busiest/ideal", "iter/busiest"});
   ExecutionPlan best_plan;
   double best_ms = 0;
   const std::vector<std::string> strategies = split(flags.strategies, ',');
@@ -89,7 +90,7 @@ void run_simulate(const SimulateFlags& flags) {
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
         table.add_row({strategy, schedule, "-", "-", "-", "-", "-",
-                       e.kind() == ErrorKind::Infeasible ? "infeasible" : "n/a", layers});
+                       e.kind() == ErrorKind::Infeasible ? "infeasible" : "n/a", layers, "-", "-"});
         const std::string why = cat(schedule, ": ", e.what());
         if (e.kind() == ErrorKind::Unsupported &&
             std::find(unsupported.begin(), unsupported.end(), why) == unsupported.end()) {
@@ -97,11 +98,14 @@ void run_simulate(const SimulateFlags& flags) {
         }
         continue;
       }
-      double ideal = 0, bubble = 0;
+      // vs ideal = busiest/ideal (the busiest device's work over the mean: the layer split
+      // and the stages' costs) × iter/busiest (what fill, drain and stalls add to it).
+      double ideal = 0, busiest = 0, bubble = 0;
       std::vector<std::int64_t> peak(config.pp, 0);
       for (const IterationPlan& it : run.iterations) {
         const IterationStats s = iteration_stats(it, config.pp);
         ideal += s.ideal_ms / run.iterations.size();
+        busiest += s.busiest_ms / run.iterations.size();
         bubble += s.bubble_fraction / run.iterations.size();
         for (int d = 0; d < config.pp; ++d) peak[d] = std::max(peak[d], s.peak_memory_bytes[d]);
       }
@@ -109,7 +113,9 @@ void run_simulate(const SimulateFlags& flags) {
       table.add_row({strategy, schedule, format_fixed(ms, 1),
                      format_fixed(run.summary.est_tokens_per_s, 0), format_fixed(bubble, 3),
                      memory_cell(peak), format_fixed(ideal, 1),
-                     format_fixed(ms / std::max(ideal, 1e-9), 2) + "x", layers});
+                     format_fixed(ms / std::max(ideal, 1e-9), 2) + "x", layers,
+                     format_fixed(busiest / std::max(ideal, 1e-9), 3) + "x",
+                     format_fixed(ms / std::max(busiest, 1e-9), 3) + "x"});
       if (!flags.trace.empty() && (best_ms == 0 || ms < best_ms)) {
         best_ms = ms;
         best_plan.config = config;

@@ -14,6 +14,7 @@ ReplicaStats replica_stats(const ReplicaPlan& replica, int num_devices) {
   double total_busy = 0;
   for (double b : busy) total_busy += b;
   stats.ideal_ms = total_busy / num_devices;
+  stats.busiest_ms = busy.empty() ? 0.0 : *std::max_element(busy.begin(), busy.end());
   stats.bubble_fraction =
       stats.makespan_ms > 0 ? 1.0 - total_busy / (num_devices * stats.makespan_ms) : 0.0;
   stats.peak_memory_bytes = replica.est_peak_memory_bytes;
@@ -30,6 +31,7 @@ IterationStats iteration_stats(const IterationPlan& iteration, int num_devices) 
     if (r.makespan_ms > slowest) {
       slowest = r.makespan_ms;
       stats.ideal_ms = r.ideal_ms;
+      stats.busiest_ms = r.busiest_ms;
     }
     stats.bubble_fraction += r.bubble_fraction / iteration.replicas.size();
     for (int d = 0; d < num_devices && d < static_cast<int>(r.peak_memory_bytes.size()); ++d) {

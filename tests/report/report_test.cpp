@@ -37,10 +37,28 @@ TEST(IterationStatsTest, BubbleAndIdealFromTimeline) {
   iteration.replicas = {replica};
   const IterationStats stats = iteration_stats(iteration, 2);
   EXPECT_DOUBLE_EQ(stats.ideal_ms, 2.5);
+  EXPECT_DOUBLE_EQ(stats.busiest_ms, 3.0);
   EXPECT_DOUBLE_EQ(stats.bubble_fraction, 1.0 - 5.0 / 8.0);
   EXPECT_EQ(stats.peak_memory_bytes, (std::vector<std::int64_t>{10, 20}));
   EXPECT_EQ(stats.real_tokens, 12);
   EXPECT_EQ(stats.computed_tokens, 16);
+}
+
+TEST(IterationStatsTest, IdealAndBusiestComeFromTheSlowestReplica) {
+  // Replica 0: makespan 3, devices busy 3 and 1 ms. Replica 1: makespan 5, devices busy 2
+  // and 4 ms. The iteration takes replica 1's figures, not the larger busiest of replica 0.
+  ReplicaPlan fast, slow;
+  fast.est_iteration_ms = 3.0;
+  fast.timeline = {{{0, 0, OpKind::F}, 0, 0.0, 3.0}, {{0, 0, OpKind::F}, 1, 2.0, 3.0}};
+  slow.est_iteration_ms = 5.0;
+  slow.timeline = {{{0, 0, OpKind::F}, 0, 0.0, 2.0}, {{0, 0, OpKind::B}, 1, 1.0, 5.0}};
+  IterationPlan iteration;
+  iteration.est_iteration_ms = 5.0;
+  iteration.replicas = {fast, slow};
+  const IterationStats stats = iteration_stats(iteration, 2);
+  EXPECT_DOUBLE_EQ(stats.ideal_ms, 3.0);
+  EXPECT_DOUBLE_EQ(stats.busiest_ms, 4.0);
+  EXPECT_DOUBLE_EQ(stats.bubble_fraction, ((1.0 - 4.0 / 6.0) + (1.0 - 6.0 / 10.0)) / 2);
 }
 
 }  // namespace

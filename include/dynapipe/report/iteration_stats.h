@@ -11,6 +11,7 @@ namespace dynapipe {
 struct ReplicaStats {
   double makespan_ms = 0;
   double ideal_ms = 0;          // Σ op durations / devices: no bubble, perfect balance
+  double busiest_ms = 0;        // the busiest device's Σ op durations: no bubble, this split
   double bubble_fraction = 0;   // 1 − Σ busy / (devices · makespan)
   std::vector<std::int64_t> peak_memory_bytes;  // [device]
 };
@@ -21,6 +22,7 @@ ReplicaStats replica_stats(const ReplicaPlan& replica, int num_devices);
 struct IterationStats {
   double est_iteration_ms = 0;  // slowest replica
   double ideal_ms = 0;          // of the slowest replica
+  double busiest_ms = 0;        // of the slowest replica
   double bubble_fraction = 0;   // mean over replicas
   std::vector<std::int64_t> peak_memory_bytes;  // [device], max over replicas
   std::int64_t real_tokens = 0;
