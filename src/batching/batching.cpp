@@ -104,11 +104,12 @@ void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
 }
 
 // Whether the DP objective under one recompute mode, for one replica, provably cannot
-// beat `incumbent_ms`, by a lower bound without the DP. Every sample in one varlen
-// micro-batch bounds Σ t from below (costs are subadditive: a merged micro-batch pays
-// the fixed overheads once, runs larger matmuls and pads no more than its parts, and a
-// padded segment costs no less than the same samples in one varlen row), and no
-// micro-batch is faster than its slowest sample alone. Where the cost model has an
+// beat `incumbent_ms`, by a lower bound without the DP. Where the cost model is
+// subadditive (CostModel::subadditive()), every sample in one varlen micro-batch bounds
+// Σ t from below (a merged micro-batch pays the fixed overheads once, runs larger
+// matmuls and pads no more than its parts, and a padded segment costs no less than the
+// same samples in one varlen row); and no micro-batch is faster than its slowest sample
+// alone. Where the cost model has an
 // affine bound (cost_model.h), K micro-batches also pay its fixed time K times and the
 // slowest takes at least the mean: min over K of Σ + slope·max bounds the objective
 // too, which rules out full recompute of many short samples before the samples alone
@@ -123,7 +124,8 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
     for (std::size_t k = 0; k < all.size(); ++k) all[k] = k;
     const MicroBatch merged =
         detail::make_varlen_microbatch(samples, all, options.kind, options.seqlen_multiple);
-    known.merged_ms = detail::cost_of(costs, merged).time_ms;
+    // Only a subadditive model's merged row bounds Σ t; otherwise no bound (0).
+    known.merged_ms = costs.cost_model().subadditive() ? detail::cost_of(costs, merged).time_ms : 0.0;
     known.tokens = {};
     for (const Sample& sample : samples) {
       known.tokens.add(detail::model_lengths(sample, options.kind), options.kind);

@@ -79,6 +79,7 @@ class ShapeCosts {
   // What fits() checks against under `rule`: the memory limit, then k_s per stage.
   std::vector<std::int64_t> rule_key(MemoryRule rule) const;
   int num_stages() const { return num_stages_; }
+  const CostModel& cost_model() const { return cost_model_; }
   // The cost model's affine lower bound of stage times under this mode, if it has one.
   const std::optional<AffineTimeBound>& affine_bound() const { return affine_bound_; }
 

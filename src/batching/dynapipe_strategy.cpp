@@ -265,8 +265,10 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   }
 
   // Every sample in one varlen micro-batch (memory ignored): a lower bound of Σ t over
-  // any partition, as costs are subadditive.
+  // any partition where the cost model is subadditive (CostModel::subadditive()); 0, no
+  // bound, where it is not.
   double merged_time_ms() const {
+    if (!costs_.cost_model().subadditive()) return 0;
     std::int64_t enc = 0, dec = 0;
     double enc_squares = 0, dec_squares = 0;
     for (const ModelLengths& l : lengths_) {

@@ -41,6 +41,8 @@ class CalibratedCostModel final : public CostModel {
     base_->stage_costs(shape, density, recompute, out);
     for (std::size_t s = 0; s < out.size(); ++s) scale(static_cast<int>(s), out[s]);
   }
+  // Positive per-stage factors keep each stage's time, and so their maximum, subadditive.
+  bool subadditive() const override { return base_->subadditive(); }
   std::int64_t static_bytes(int stage) const override { return base_->static_bytes(stage); }
   std::int64_t weight_bytes(int stage) const override { return base_->weight_bytes(stage); }
   double p2p_ms(std::int64_t bytes) const override { return base_->p2p_ms(bytes); }

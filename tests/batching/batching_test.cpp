@@ -625,10 +625,16 @@ MicroBatch brute_force_microbatch(const RandomCase& c, const std::vector<std::si
 // End to end, one replica: each DP strategy's result equals the best over every cut set
 // of the sorted order, every recompute mode, under the first memory rule that admits
 // any, for the random schedule options (in-flight counts, bubble weight) of the case.
+// A third of the cases cost micro-batches past 1,024 tokens superlinearly: a model that
+// is not subadditive, whose merged rows must not prune (CostModel::subadditive()).
 TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
   int checked = 0;
   for (std::uint64_t seed = 1; seed <= 500; ++seed) {
     RandomCase c = random_case(seed);
+    if (seed % 3 == 0) {
+      c.params.superlinear_ms = 1e-5;
+      c.params.superlinear_from = 1024;
+    }
     c.options.dp = 1;
     c.options.strategy = seed % 2 == 0 ? Strategy::DynaPipe : Strategy::DynaPipePadded;
     // dynapipe within packing-varlen's row capacity in a quarter of its cases.

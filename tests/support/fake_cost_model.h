@@ -3,7 +3,8 @@
 //
 // Per stage s, for a shape (batch b, seqlen L, dec_seqlen D) and density (de, dd):
 //   base_ms   = stage_scale[s] · (fixed_ms + ms_per_token·b·(L + D)
-//                                 + ms_per_attention·b·(de·L² + dd·D²))
+//                                 + ms_per_attention·b·(de·L² + dd·D²)
+//                                 + superlinear_ms·max(0, b·(L + D) − superlinear_from)²)
 //   fwd_ms    = base_ms,  bwd_ms = 2·base_ms        (so fwd + bwd = 3·base_ms)
 //   recompute: selective adds selective_extra·base_ms to bwd, full adds base_ms.
 //   stored    = bytes_per_token·b·(L+D)  (+ bytes_per_attention·b·(de·L² + dd·D²) unless
@@ -11,12 +12,15 @@
 //   peak      = peak_bytes_per_token·b·(L+D)
 //   static    = static_bytes, weights = weight_bytes (every stage)
 // With the defaults, fwd + bwd = 3·(0.5 + 0.001·b·L) ms: the toy cost of the reference's
-// DP fixtures. Everything is non-decreasing in b, L, D, as real models are.
+// DP fixtures. Everything is non-decreasing in b, L, D, as real models are; with
+// superlinear_ms > 0 a micro-batch past superlinear_from tokens costs more than its
+// parts (not subadditive, as a measured table extrapolated far past its shapes).
 //
 //   FakeCostModel model({.num_stages = 4});
 //   FakeCostModel model(FakeCostParams{.num_stages = 2, .bytes_per_token = 1000});
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -42,6 +46,8 @@ struct FakeCostParams {
   std::int64_t weight_bytes = 0;
   // affine_time_bound(): the exact line without attention (true), or none (false).
   bool affine_bound = true;
+  double superlinear_ms = 0;           // 0: subadditive()
+  double superlinear_from = 0;         // tokens
 };
 
 class FakeCostModel final : public CostModel {
@@ -68,8 +74,10 @@ class FakeCostModel final : public CostModel {
     const double scale = params_.stage_scale.empty()
                              ? 1.0
                              : params_.stage_scale[static_cast<std::size_t>(stage)];
+    const double past = std::max(0.0, tokens - params_.superlinear_from);
     const double base = scale * (params_.fixed_ms + params_.ms_per_token * tokens +
-                                 params_.ms_per_attention * attention);
+                                 params_.ms_per_attention * attention +
+                                 params_.superlinear_ms * past * past);
     StageCost cost;
     cost.fwd_ms = base;
     cost.bwd_ms = 2 * base;
@@ -98,6 +106,7 @@ class FakeCostModel final : public CostModel {
     return cost;
   }
 
+  bool subadditive() const override { return params_.superlinear_ms == 0; }
   std::int64_t static_bytes(int) const override { return params_.static_bytes; }
   std::int64_t weight_bytes(int) const override { return params_.weight_bytes; }
   double p2p_ms(std::int64_t) const override { return 0; }

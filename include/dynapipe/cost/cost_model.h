@@ -111,6 +111,13 @@ class CostModel {
                                              std::span<std::int64_t> bytes) const;
   // The model's AffineTimeBound under `recompute`; nullopt (the default): none known.
   virtual std::optional<AffineTimeBound> affine_time_bound(Recompute recompute) const;
+  // Whether one varlen micro-batch of two micro-batches' samples never takes longer than
+  // the two did, so that all of a batch's samples in one micro-batch bound Σ t from below
+  // (the DPs' pruning). True of the analytic model by its form (affine work plus Σ L²
+  // attention, fixed overheads paid once); false (the default) where that is not
+  // promised: measured tables interpolate between and extrapolate past their shapes, and
+  // one row of every sample lies far past them (T5-11B, 65,536 tokens: ~4x the true Σ t).
+  virtual bool subadditive() const { return false; }
   // Parameters + gradients + optimizer states held by `stage` for the whole run.
   virtual std::int64_t static_bytes(int stage) const = 0;
   // One copy of the stage's parameters at the device's element size: what a gradient
