@@ -619,6 +619,10 @@ std::optional<Candidate> split_microbatches(const StrategyInput& input, ShapeCos
   }
   const std::optional<double> objective =
       replicas_objective(candidate.replicas, costs, rule, options);
+  // A padded cut's segments fit as padded rows; run varlen they fit too wherever a varlen
+  // row is no heavier than the padded one, which a measured table need not promise (a
+  // long row folded onto its longest measured length, at a batch it did not measure).
+  if (!objective && options.varlen_padded_cut) return std::nullopt;
   DYNAPIPE_CHECK(objective.has_value(), "a DP micro-batch does not fit its own memory rule");
   if (!(*objective < incumbent_ms)) return std::nullopt;
   candidate.objective_ms = *objective;

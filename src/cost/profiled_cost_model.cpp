@@ -170,6 +170,12 @@ class ProfiledCostModel final : public CostModel {
       DYNAPIPE_CHECK(tables_[k][0] != nullptr, cat("profile lacks kind ", k));
     }
     if (t5) DYNAPIPE_CHECK(tables_[static_cast<int>(ProfileLayerKind::Decoder)][0] != nullptr, "profile lacks decoder");
+    // The lengths every table a row passes through has measured (fold()).
+    longest_enc_ = static_cast<double>(largest_measured_length(static_cast<ProfileLayerKind>(stack_kind_), false));
+    if (t5) {
+      longest_enc_ = std::min(longest_enc_, static_cast<double>(largest_measured_length(ProfileLayerKind::Decoder, false)));
+      longest_dec_ = static_cast<double>(largest_measured_length(ProfileLayerKind::Decoder, true));
+    }
 
     // Static memory: the profile's parameter bytes in the stage_parameter_count() layout:
     // one embedding per stage that embeds, the head's own bytes, and a token-table copy
@@ -202,9 +208,11 @@ class ProfiledCostModel final : public CostModel {
     const StageLayers& s = stages_[stage];
     const bool t5 = profile_.model.kind == ModelKind::T5;
     const int m = static_cast<int>(recompute);
-    const double b = static_cast<double>(shape.batch);
-    const double se = static_cast<double>(round_up(shape.seqlen, options_.seqlen_multiple));
-    const double sd = t5 ? static_cast<double>(round_up(shape.dec_seqlen, options_.seqlen_multiple)) : 0.0;
+    double b = static_cast<double>(shape.batch);
+    double se = static_cast<double>(round_up(shape.seqlen, options_.seqlen_multiple));
+    double sd = t5 ? static_cast<double>(round_up(shape.dec_seqlen, options_.seqlen_multiple)) : 0.0;
+    AttentionDensity folded = density;
+    fold(b, se, sd, folded);
 
     Values total{};
     double peak = 0;
@@ -218,11 +226,11 @@ class ProfiledCostModel final : public CostModel {
     if (b > 0) {
       if (s.has_embedding && se > 0) add(tables_[kEmbedding][m]->at(b, se, 0), 1);
       if (s.has_encoder() && se > 0) {
-        add(layer_values(*tables_[stack_kind_][m], b, se, 0, density.enc), s.enc_end - s.enc_begin);
+        add(layer_values(*tables_[stack_kind_][m], b, se, 0, folded.enc), s.enc_end - s.enc_begin);
       }
       if (s.has_dec_embedding && sd > 0) add(tables_[kEmbedding][m]->at(b, sd, 0), 1);
       if (s.has_decoder() && sd > 0) {
-        add(layer_values(*tables_[kDecoder][m], b, se, sd, std::sqrt(density.enc * density.dec)),
+        add(layer_values(*tables_[kDecoder][m], b, se, sd, std::sqrt(folded.enc * folded.dec)),
             s.dec_end - s.dec_begin);
       }
       const double head_len = t5 ? sd : se;
@@ -277,6 +285,22 @@ class ProfiledCostModel final : public CostModel {
   }
 
  private:
+  // A row longer than the tables measured but sparse enough (a varlen row of many
+  // samples) becomes the same tokens in f times as many rows of 1/f the length, each f
+  // times denser: the matmuls see the same rows, and Σ L² is unchanged. Extrapolating a
+  // dense measurement past its length would instead charge attention the row does not
+  // compute (for c(s) = linear + q·s², one row of 2·S_max tokens at density 1/8 by
+  // ~3x). A dense row, or one too dense to fold, is extrapolated as before.
+  void fold(double& b, double& se, double& sd, AttentionDensity& d) const {
+    const double f = std::max(se / longest_enc_, sd > 0 ? sd / longest_dec_ : 0.0);
+    if (!(f > 1) || d.enc * f > 1 || (sd > 0 && d.dec * f > 1)) return;
+    b *= f;
+    se /= f;
+    sd /= f;
+    d.enc *= f;
+    if (sd > 0) d.dec *= f;
+  }
+
   // A layer's values at a density below 1 (packed rows, block-diagonal attention). The
   // profile is measured dense; c(s) = linear(s) + quadratic(s), and halving every length
   // halves the linear part and quarters the quadratic one, so the quadratic (attention)
@@ -313,6 +337,7 @@ class ProfiledCostModel final : public CostModel {
   std::unique_ptr<Table> tables_[kNumProfileLayerKinds][3];
   std::int64_t parameter_bytes_[kNumProfileLayerKinds] = {};
   int stack_kind_ = 0;
+  double longest_enc_ = 0, longest_dec_ = 0;  // measured by every table on the row's path
 };
 
 }  // namespace

@@ -70,6 +70,29 @@ TEST(A100Measured, ShapesAboveTheLargestMeasuredBatchAreOutOfMemory) {
   EXPECT_LT(layer(*m, 1, 8192, Recompute::None).stored_bytes, kInfeasibleBytes);
 }
 
+// A varlen row longer than the tables (GPT-6.7B tp 8: 8192 tokens measured) costs as the
+// same tokens in rows of 8192, at the same Σ L²: two samples of 8192 in one 16,384-token
+// row are two rows of 8192 tokens, each dense. Extrapolating the dense 16,384-token row
+// and removing half its attention would cost it more.
+TEST(A100Measured, LongVarlenRowsFoldOntoTheLongestMeasuredLength) {
+  const auto m = gpt_per_layer(8);
+  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    const StageCost row = m->stage_cost(1, {.batch = 1, .seqlen = 16384}, {.enc = 0.5}, r);
+    const StageCost rows = m->stage_cost(1, {.batch = 2, .seqlen = 8192}, {.enc = 1}, r);
+    EXPECT_DOUBLE_EQ(row.fwd_ms, rows.fwd_ms);
+    EXPECT_DOUBLE_EQ(row.bwd_ms, rows.bwd_ms);
+    EXPECT_EQ(row.stored_bytes, rows.stored_bytes);
+    EXPECT_EQ(row.peak_bytes, rows.peak_bytes);
+    // Four samples of 4096: the same tokens, a quarter of the attention of one dense row.
+    const StageCost sparser = m->stage_cost(1, {.batch = 1, .seqlen = 16384}, {.enc = 0.25}, r);
+    EXPECT_LT(sparser.fwd_ms, row.fwd_ms);
+    EXPECT_EQ(sparser.fwd_ms, m->stage_cost(1, {.batch = 2, .seqlen = 8192}, {.enc = 0.5}, r).fwd_ms);
+  }
+  // A dense row that long cannot fold: it is extrapolated as before.
+  const StageCost dense = m->stage_cost(1, {.batch = 1, .seqlen = 16384}, {}, Recompute::None);
+  EXPECT_GT(dense.fwd_ms, m->stage_cost(1, {.batch = 2, .seqlen = 8192}, {}, Recompute::None).fwd_ms);
+}
+
 TEST(A100Measured, T5KeepsTheMedianOfRepeatedMeasurements) {
   const ModelSpec spec = load_model_spec("t5-11b");
   const auto m = make_cost_model("a100-measured", spec, {.num_stages = spec.total_layers()});
