@@ -180,8 +180,9 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
     known.slowest_ms = slowest;
     known.has_slowest = true;
   }
-  return known.merged_ms + slope * known.slowest_ms >= incumbent_ms ||
-         affine_rules_out(known.slowest_ms);
+  // The slowest sample alone bounds a micro-batch only where time never falls as it grows.
+  const double slowest_ms = costs.cost_model().monotone() ? known.slowest_ms : 0.0;
+  return known.merged_ms + slope * slowest_ms >= incumbent_ms || affine_rules_out(slowest_ms);
 }
 
 }  // namespace

@@ -154,12 +154,17 @@ class PaddedScanner : public ScannerBase<PaddedScanner> {
   // A lower bound of Σ t over any partition: none known (padding is not subadditive).
   double merged_time_ms() const { return 0; }
 
-  // Calls emit(count, time_ms) for count = 1, 2, ... while the segment qualifies.
+  // Calls emit(count, time_ms) for count = 1, 2, ... while the segment qualifies. Where
+  // time may fall as a segment grows (CostModel::monotone() false: measured tables), a
+  // later segment can come back under the cap: the row runs on to its memory limit and
+  // emits the prefix up to its last segment within the cap.
   template <typename Emit>
   void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
     const int end = static_cast<int>(std::min<std::int64_t>(size(), std::int64_t{i} + max_count));
     std::int64_t max_enc = enc_[i], max_dec = dec_[i];
     ShapeCosts::Row* row = costs_.row(max_enc, max_dec);
+    prefix_.clear();
+    std::size_t within = 0;
     for (int j = i; j < end; ++j) {
       if (enc_[j] > max_enc || dec_[j] > max_dec) {
         max_enc = std::max(max_enc, enc_[j]);
@@ -167,15 +172,24 @@ class PaddedScanner : public ScannerBase<PaddedScanner> {
         row = costs_.row(max_enc, max_dec);
       }
       const ShapeCost& cost = costs_.get(row, max_enc, max_dec, j - i + 1);
-      if (!cost.fits(rule_) || cost.time_ms > cap_ms) break;
-      emit(j - i + 1, cost.time_ms);
+      if (!cost.fits(rule_)) break;
+      if (monotone_) {
+        if (cost.time_ms > cap_ms) break;
+        emit(j - i + 1, cost.time_ms);
+        continue;
+      }
+      prefix_.push_back(cost.time_ms);
+      if (cost.time_ms <= cap_ms) within = prefix_.size();
     }
+    for (std::size_t c = 0; c < within; ++c) emit(static_cast<int>(c) + 1, prefix_[c]);
   }
 
  private:
   ShapeCosts& costs_;
   MemoryRule rule_;
   std::vector<std::int64_t> enc_, dec_;  // rounded model lengths in sequence order
+  bool monotone_ = costs_.cost_model().monotone();
+  std::vector<double> prefix_;           // scan_row()'s segments, where not monotone
 };
 
 // Varlen segments (dynapipe): [i, j) is one row of Σ L tokens with block-diagonal
@@ -334,7 +348,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         static_cast<std::size_t>(std::min<std::int64_t>(size() - i, max_count));
     const VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(i)];
     const VarlenRows::Fit& fit = (*fit_)[static_cast<std::size_t>(i)];
-    if (row.sorted) {
+    if (monotone_ && row.sorted) {
       const std::size_t costed = std::min(row.time_ms.size(), limit);
       const std::size_t within = static_cast<std::size_t>(
           std::upper_bound(row.time_ms.begin(), row.time_ms.begin() + costed, cap_ms) -
@@ -357,11 +371,12 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     const int end = static_cast<int>(std::min<std::int64_t>(size(), std::int64_t{i} + max_count));
     VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(i)];
     VarlenRows::Fit& fit = (*fit_)[static_cast<std::size_t>(i)];
+    std::size_t within = 0;  // not monotone: the prefix up to the last segment within the cap
     for (int j = i; j < end; ++j) {
       const std::size_t c = static_cast<std::size_t>(j - i);
       if (c == row.time_ms.size()) extend(i, &row);
       const double t = row.time_ms[c];
-      if (t > cap_ms) break;
+      if (t > cap_ms && monotone_) break;
       if (c >= fit.known) {  // memory is checked once per segment and rule
         if (fit.closed) break;
         const auto bytes = std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_);
@@ -371,8 +386,13 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         }
         fit.known = c + 1;
       }
-      emit(j - i + 1, t);
+      if (monotone_) {
+        emit(j - i + 1, t);
+      } else if (t <= cap_ms) {
+        within = c + 1;
+      }
     }
+    for (std::size_t c = 0; c < within; ++c) emit(static_cast<int>(c) + 1, row.time_ms[c]);
   }
 
  private:
@@ -422,6 +442,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   std::vector<VarlenRows::Fit>* fit_;  // per row, under rule_ (kept in rows_ for later DPs)
   std::int64_t enc_cap_ = 0, dec_cap_ = 0;
   std::vector<int> cap_count_;         // per row, with capacities: samples that fit them
+  bool monotone_ = costs_.cost_model().monotone();  // scan_row()'s early stop by time
 };
 
 template <typename Scanner>
@@ -460,15 +481,15 @@ std::vector<MicroBatch> cut(std::span<const Sample> samples, std::span<const std
 }
 
 PartitionOptions partition_options(const BatchingOptions& options, double sum_weight,
-                                   double incumbent_ms) {
+                                   double incumbent_ms, bool monotone) {
   return {.num_stages = options.num_stages,
           .sum_weight = sum_weight,
           .bubble_weight = options.bubble_weight,
           .min_tmax_interval_ms = options.min_tmax_interval_ms,
           // The thinned search reports threshold objectives: not comparable, no pruning.
           .incumbent_ms = options.min_tmax_interval_ms > 0 ? kInf : incumbent_ms,
-          // Time grows with a segment's samples (the scanners' assumption).
-          .items_bound_segments = true};
+          // Time grows with a segment's samples, where the cost model promises it.
+          .items_bound_segments = monotone};
 }
 
 // The exact DP over one ordered sequence, on a segment table pruned by time. With an
@@ -487,7 +508,8 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
                          double incumbent_ms) {
   constexpr double kSlack = 1 + 1e-9;  // rounding: a segment exactly at a bound stays in
   const BatchingOptions& options = input.options;
-  const PartitionOptions partition = partition_options(options, weight, incumbent_ms);
+  const PartitionOptions partition =
+      partition_options(options, weight, incumbent_ms, costs.cost_model().monotone());
   Scanner scanner = make_scanner<Scanner>(input, seq, costs, rule);
   if (options.min_tmax_interval_ms > 0) return solve_partition(scanner.table(), partition);
 

@@ -305,6 +305,8 @@ class AnalyticCostModel final : public CostModel {
   // Merging two micro-batches pays the op overheads once, runs the same flops in larger
   // (no less efficient) matmuls and adds no attention pair: never slower.
   bool subadditive() const override { return true; }
+  // Every term grows with rows, tokens and Σ L².
+  bool monotone() const override { return true; }
 
   std::int64_t static_bytes(int stage) const override {
     DYNAPIPE_CHECK(stage >= 0 && stage < num_stages(), cat("stage ", stage, " of ", num_stages()));

@@ -4,7 +4,8 @@
 // Per stage s, for a shape (batch b, seqlen L, dec_seqlen D) and density (de, dd):
 //   base_ms   = stage_scale[s] · (fixed_ms + ms_per_token·b·(L + D)
 //                                 + ms_per_attention·b·(de·L² + dd·D²)
-//                                 + superlinear_ms·max(0, b·(L + D) − superlinear_from)²)
+//                                 + superlinear_ms·max(0, b·(L + D) − superlinear_from)²
+//                                 − dip_ms where b·(L + D) is a multiple of dip_period)
 //   fwd_ms    = base_ms,  bwd_ms = 2·base_ms        (so fwd + bwd = 3·base_ms)
 //   recompute: selective adds selective_extra·base_ms to bwd, full adds base_ms.
 //   stored    = bytes_per_token·b·(L+D)  (+ bytes_per_attention·b·(de·L² + dd·D²) unless
@@ -14,7 +15,8 @@
 // With the defaults, fwd + bwd = 3·(0.5 + 0.001·b·L) ms: the toy cost of the reference's
 // DP fixtures. Everything is non-decreasing in b, L, D, as real models are; with
 // superlinear_ms > 0 a micro-batch past superlinear_from tokens costs more than its
-// parts (not subadditive, as a measured table extrapolated far past its shapes).
+// parts (not subadditive, as a measured table extrapolated far past its shapes); with
+// dip_ms > 0 it is cheaper at token counts divisible by dip_period (not monotone).
 //
 //   FakeCostModel model({.num_stages = 4});
 //   FakeCostModel model(FakeCostParams{.num_stages = 2, .bytes_per_token = 1000});
@@ -48,6 +50,10 @@ struct FakeCostParams {
   bool affine_bound = true;
   double superlinear_ms = 0;           // 0: subadditive()
   double superlinear_from = 0;         // tokens
+  // > 0: time falls by dip_ms where b·(L + D) is a multiple of dip_period tokens (not
+  // monotone(), as a noisy measured table).
+  double dip_ms = 0;
+  std::int64_t dip_period = 64;
 };
 
 class FakeCostModel final : public CostModel {
@@ -75,7 +81,10 @@ class FakeCostModel final : public CostModel {
                              ? 1.0
                              : params_.stage_scale[static_cast<std::size_t>(stage)];
     const double past = std::max(0.0, tokens - params_.superlinear_from);
-    const double base = scale * (params_.fixed_ms + params_.ms_per_token * tokens +
+    const bool dips = params_.dip_ms > 0 &&
+                      static_cast<std::int64_t>(tokens) % params_.dip_period == 0;
+    const double base = scale * (params_.fixed_ms - (dips ? params_.dip_ms : 0.0) +
+                                 params_.ms_per_token * tokens +
                                  params_.ms_per_attention * attention +
                                  params_.superlinear_ms * past * past);
     StageCost cost;
@@ -107,6 +116,7 @@ class FakeCostModel final : public CostModel {
   }
 
   bool subadditive() const override { return params_.superlinear_ms == 0; }
+  bool monotone() const override { return params_.dip_ms == 0; }
   std::int64_t static_bytes(int) const override { return params_.static_bytes; }
   std::int64_t weight_bytes(int) const override { return params_.weight_bytes; }
   double p2p_ms(std::int64_t) const override { return 0; }
@@ -127,7 +137,8 @@ class FakeCostModel final : public CostModel {
       const double per_token = k * scale * params_.ms_per_token * (1 - 1e-9);
       bound.enc_ms.push_back(per_token);
       bound.dec_ms.push_back(per_token);
-      bound.fixed_ms.push_back(k * scale * params_.fixed_ms * (1 - 1e-9));
+      // Below the dips too: the fixed part less dip_ms.
+      bound.fixed_ms.push_back(k * scale * (params_.fixed_ms - params_.dip_ms) * (1 - 1e-9));
     }
     return bound;
   }

@@ -118,6 +118,13 @@ class CostModel {
   // promised: measured tables interpolate between and extrapolate past their shapes, and
   // one row of every sample lies far past them (T5-11B, 65,536 tokens: ~4x the true Σ t).
   virtual bool subadditive() const { return false; }
+  // Whether a micro-batch's time never falls when it gains a sample (more rows, tokens or
+  // Σ L²), so that a segment scan may stop at the first segment over a time cap and no
+  // micro-batch is faster than its slowest sample alone. True of the analytic model;
+  // false (the default) for measured tables, whose noise and attention split make a
+  // segment up to ~18% faster than one sample shorter (A100 tables, T5-11B). Memory is
+  // assumed non-decreasing either way.
+  virtual bool monotone() const { return false; }
   // Parameters + gradients + optimizer states held by `stage` for the whole run.
   virtual std::int64_t static_bytes(int stage) const = 0;
   // One copy of the stage's parameters at the device's element size: what a gradient
