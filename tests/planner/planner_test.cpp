@@ -7,6 +7,7 @@
 
 #include <map>
 #include <set>
+#include <string>
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
@@ -40,6 +41,22 @@ PlanConfig gpt_config(std::string_view strategy, int pp, int dp, std::int64_t ma
   config.max_target_len = max_seqlen;
   config.global_batch_tokens = 65536;
   config.memory_limit_gib = 40;
+  return config;
+}
+
+// T5-11B, dynapipe, 65,536-token batches of the bundled data.
+PlanConfig t5_config(const std::string& cost_model, int pp, std::int64_t max_seqlen,
+                     std::int64_t max_target_len, double memory_limit_gib) {
+  PlanConfig config;
+  config.model = load_model_spec("t5-11b");
+  config.samples_path = DYNAPIPE_SOURCE_DIR "/assets/flan_like_mix.jsonl.gz";
+  config.strategy = Strategy::DynaPipe;
+  config.cost_model = cost_model;
+  config.pp = pp;
+  config.max_seqlen = max_seqlen;
+  config.max_target_len = max_target_len;
+  config.global_batch_tokens = 65536;
+  config.memory_limit_gib = memory_limit_gib;
   return config;
 }
 
@@ -255,16 +272,7 @@ TEST(PlannerTest, BaselineCutsKeepDynapipeAheadOfPackingVarlenAndTokenBased) {
 // random orders now move only the baselines (here packing-varlen, 3841.3 → 3835.1 ms; the
 // organ-pipe order took what they gave packing). GPT-6.7B pp 4 plans idle ~9%: unchanged.
 TEST(PlannerTest, RandomOrdersWhereDevicesIdleNeverMakeThePlanSlower) {
-  PlanConfig t5;
-  t5.model = load_model_spec("t5-11b");
-  t5.samples_path = DYNAPIPE_SOURCE_DIR "/assets/flan_like_mix.jsonl.gz";
-  t5.strategy = Strategy::DynaPipe;
-  t5.cost_model = "analytic:a100-40g";
-  t5.pp = 8;
-  t5.max_seqlen = 1024;
-  t5.max_target_len = 512;
-  t5.global_batch_tokens = 65536;
-  t5.memory_limit_gib = 40;
+  PlanConfig t5 = t5_config("analytic:a100-40g", 8, 1024, 512, 40);
   t5.stage_layers = assign_layers(t5.model, {4, 5, 4, 5, 5, 8, 8, 9});
   const Dataset data = Dataset::load(t5.samples_path, truncation_limits(t5));
   PlannerOptions without = options_with(false, {});
@@ -430,14 +438,8 @@ TEST(PlannerTensorParallelTest, MeasuredTablesDoNotPruneTheBestRecomputeMode) {
     s.target_len = std::min<std::int32_t>(s.target_len, 2048);
   }
   const GlobalBatch batch = form_global_batches(samples, {}, 65536, 1).front();
-  PlanConfig config;
-  config.model = load_model_spec("t5-11b");
-  config.cost_model = "a100-measured";
+  PlanConfig config = t5_config("a100-measured", 1, 2048, 2048, 35.16);
   config.tp = 8;
-  config.max_seqlen = 2048;
-  config.max_target_len = 2048;
-  config.global_batch_tokens = 65536;
-  config.memory_limit_gib = 35.16;
   double ms[2] = {};
   for (int k = 0; k < 2; ++k) {
     config.strategy = k == 0 ? Strategy::DynaPipe : Strategy::PackingVarlen;
