@@ -108,12 +108,12 @@ void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
 // subadditive (CostModel::subadditive()), every sample in one varlen micro-batch bounds
 // Σ t from below (a merged micro-batch pays the fixed overheads once, runs larger
 // matmuls and pads no more than its parts, and a padded segment costs no less than the
-// same samples in one varlen row); and no micro-batch is faster than its slowest sample
-// alone. Where the cost model has an
-// affine bound (cost_model.h), K micro-batches also pay its fixed time K times and the
-// slowest takes at least the mean: min over K of Σ + slope·max bounds the objective
-// too, which rules out full recompute of many short samples before the samples alone
-// are costed. Memory is ignored.
+// same samples in one varlen row); where it is monotone (CostModel::monotone()), no
+// micro-batch is faster than its slowest sample alone. Where it has an affine bound
+// (cost_model.h), K micro-batches also pay its fixed time K times and the slowest takes
+// at least the mean: min over K of Σ + slope·max bounds the objective too, which rules
+// out full recompute of many short samples before the samples alone are costed. Memory
+// is ignored.
 bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOptions& options,
                  detail::ShapeCosts& costs, detail::VarlenMemoStore& memos) {
   const double slope = options.bubble_weight * (options.num_stages - 1);
