@@ -5,7 +5,9 @@
 //   build/bench/planner_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
 // Names: <part>/<model>/pp<p>/seq<max seqlen>/tok<global batch tokens>/<memory GiB>G
-// [/short<L>: only samples of at most L tokens, ~500 per batch].
+// [/short<L>: only samples of at most L tokens, ~500 per batch][/tp<T>/<cost model>: the
+// measured A100 tables, where the DP has no pruning bounds (CostModel::monotone(),
+// subadditive()) and runs exact on them].
 // <part>: plan = everything; plan_noverify = PlannerOptions::verify off; batching =
 // make_microbatches() alone with the planner's options (the DP's share).
 // Each benchmark iteration plans the next of the dataset's first kBatches global batches,
@@ -46,6 +48,7 @@ struct Setting {
   // > 0: only samples of at most this many tokens (input + target), a batch of many short
   // samples (~500 per 65,536 tokens at 256); 0: every sample.
   std::int64_t short_only = 0;
+  int tp = 1;
 };
 
 PlanConfig config_of(const Setting& s) {
@@ -53,6 +56,7 @@ PlanConfig config_of(const Setting& s) {
   config.model = load_model_spec(s.model);
   config.samples_path = std::string(DYNAPIPE_SOURCE_DIR) + "/assets/flan_like_mix.jsonl.gz";
   config.cost_model = s.cost_model;
+  config.tp = s.tp;
   config.pp = s.pp;
   config.max_seqlen = s.max_seqlen;
   config.max_target_len = s.max_seqlen;  // the CLI's default
@@ -120,7 +124,8 @@ void add(const Setting& s, Part part) {
                            std::to_string(s.pp) + "/seq" + std::to_string(s.max_seqlen) + "/tok" +
                            std::to_string(s.tokens) + "/" +
                            std::to_string(static_cast<int>(s.memory_gib)) + "G" +
-                           (s.short_only > 0 ? "/short" + std::to_string(s.short_only) : "");
+                           (s.short_only > 0 ? "/short" + std::to_string(s.short_only) : "") +
+                           (s.tp > 1 ? "/tp" + std::to_string(s.tp) + "/" + s.cost_model : "");
   benchmark::RegisterBenchmark(name.c_str(), [s, part](benchmark::State& st) { run(st, s, part); })
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
@@ -143,6 +148,8 @@ void register_all() {
     s.short_only = 256;
     for (Part part : {Part::Plan, Part::Batching}) add(s, part);
   }
+  // The authors' measured A100 tables (the paper regime's layout for GPT-6.7B at 2048).
+  add({"gpt-6.7b", 4, 2048, 65536, 35.16, "a100-measured", 0, 2}, Part::Plan);
 }
 
 }  // namespace
