@@ -3,6 +3,7 @@
 // per-device op order; micro-batches are injected in id order.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 
 #include "dynapipe/schedule/pipeline.h"
@@ -29,6 +30,19 @@ ScheduleOrder build_cyclic(const PipelineProblem& problem, bool barriers);
 // returns nullopt (stopped) as soon as one of its ops ends at or after stop_at_ms, since
 // the order's simulated makespan is then >= stop_at_ms (Schedule::build). With an order,
 // `timing` (when non-null) gets its makespan_ms and busy_ms as the simulator sums them.
+
+// A list schedule's own clock as the simulator sums it (`timing` may be null): reset for
+// `devices` devices, then each op added in its device's op order.
+inline void start_timing(SimResult* timing, int devices) {
+  if (timing == nullptr) return;
+  timing->makespan_ms = 0;
+  timing->busy_ms.assign(static_cast<std::size_t>(devices), 0.0);
+}
+inline void time_op(SimResult* timing, int device, double start_ms, double end_ms) {
+  if (timing == nullptr) return;
+  timing->busy_ms[static_cast<std::size_t>(device)] += end_ms - start_ms;
+  timing->makespan_ms = std::max(timing->makespan_ms, end_ms);
+}
 
 // Zero-bubble ZB-H1-like greedy list schedule with split backward (I, W).
 // layout.chunks == 1.

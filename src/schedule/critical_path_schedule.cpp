@@ -104,10 +104,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
   std::vector<DeviceState> devices(p);
   for (int d = 0; d < p; ++d) devices[d].memory = problem.static_bytes[d];
   std::vector<double> link_free(static_cast<std::size_t>(p) * p, 0.0);
-  if (timing != nullptr) {
-    timing->makespan_ms = 0;
-    timing->busy_ms.assign(p, 0.0);
-  }
+  start_timing(timing, p);
   using Wakeup = std::pair<double, int>;  // (time, device), earliest first
   std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<>> wakeups;
   for (int d = 0; d < p; ++d) wakeups.emplace(0.0, d);
@@ -192,11 +189,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
     // The simulator times this op the same way (start = now, the end of its device's
     // last op or its input's arrival), so the order cannot beat stop_at_ms.
     if (end >= stop_at_ms) return std::nullopt;
-    if (timing != nullptr) {
-      // In each device's op order, as the simulator adds them up.
-      timing->busy_ms[d] += end - now;
-      timing->makespan_ms = std::max(timing->makespan_ms, end);
-    }
+    time_op(timing, d, now, end);
     dev.free_ms = end;
     ++dev.ops_run;
     order.device_ops[d].push_back(op);

@@ -22,21 +22,15 @@ class BuilderSchedule final : public Schedule {
       const PipelineProblem&, double stop_at_ms, SimResult* timing)>;
   BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
                   Builder builder)
-      : BuilderSchedule(kind, layouts, adaptive, split_backward,
+      : BuilderSchedule(kind, layouts, adaptive, split_backward, /*timed=*/false,
                         [builder = std::move(builder)](const PipelineProblem& p, double,
                                                        SimResult*) {
                           return std::optional<ScheduleOrder>(builder(p));
-                        }) {
-    timed_ = false;
-  }
+                        }) {}
   BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
                   StoppingBuilder builder)
-      : kind_(kind),
-        layouts_(layouts),
-        adaptive_(adaptive),
-        split_backward_(split_backward),
-        timed_(true),
-        builder_(std::move(builder)) {}
+      : BuilderSchedule(kind, layouts, adaptive, split_backward, /*timed=*/true,
+                        std::move(builder)) {}
 
   ScheduleKind kind() const override { return kind_; }
   bool adaptive() const override { return adaptive_; }
@@ -84,11 +78,20 @@ class BuilderSchedule final : public Schedule {
     return true;
   }
 
+  BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
+                  bool timed, StoppingBuilder builder)
+      : kind_(kind),
+        layouts_(layouts),
+        adaptive_(adaptive),
+        split_backward_(split_backward),
+        timed_(timed),
+        builder_(std::move(builder)) {}
+
   ScheduleKind kind_;
   Layouts layouts_;
   bool adaptive_;
   bool split_backward_;
-  bool timed_;
+  bool timed_;  // builder_ keeps the simulator's clock (a StoppingBuilder was given)
   StoppingBuilder builder_;
 };
 

@@ -69,10 +69,7 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double s
     for (int mb = m - warmup; mb < m; ++mb) seq.push_back({mb, d, OpKind::I});
   }
 
-  if (timing != nullptr) {
-    timing->makespan_ms = 0;
-    timing->busy_ms.assign(num_devices, 0.0);
-  }
+  start_timing(timing, num_devices);
   using Wakeup = std::pair<double, int>;  // (time, device), earliest first
   std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<>> wakeups;
   for (int d = 0; d < num_devices; ++d) wakeups.emplace(0.0, d);
@@ -133,11 +130,7 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double s
     // The simulator times this op the same way (start = now, the end of its device's
     // last op or its input's arrival), so the order cannot beat stop_at_ms.
     if (end >= stop_at_ms) return std::nullopt;
-    if (timing != nullptr) {
-      // In each device's op order, as the simulator adds them up.
-      timing->busy_ms[d] += end - now;
-      timing->makespan_ms = std::max(timing->makespan_ms, end);
-    }
+    time_op(timing, d, now, end);
     dev.free_ms = end;
     order.device_ops[d].push_back(op);
     const std::size_t k = cell(op.mb, s);
