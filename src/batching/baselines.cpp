@@ -60,6 +60,7 @@ std::optional<Candidate> finish(std::vector<std::vector<MicroBatch>> replicas, S
   return Candidate{std::move(replicas), *objective};
 }
 
+
 // First-fit in the given order: each sample goes to the first row with room in both
 // dimensions. Complexity: O(n · rows).
 std::vector<PackedRow> pack_first_fit(std::span<const Sample> samples,
@@ -120,18 +121,21 @@ std::optional<Candidate> run_padding(const StrategyInput& input, ShapeCosts& cos
   const std::int64_t rows =
       rows_per_microbatch(options, costs, rule, static_cast<std::int64_t>(shards[0].size()));
   if (rows == 0) return std::nullopt;
-  std::vector<std::vector<MicroBatch>> replicas(shards.size());
-  for (std::size_t r = 0; r < shards.size(); ++r) {
-    const std::span<const std::size_t> shard(shards[r]);
-    for (std::size_t begin = 0; begin < shard.size(); begin += static_cast<std::size_t>(rows)) {
-      const std::size_t count = std::min(shard.size() - begin, static_cast<std::size_t>(rows));
-      MicroBatch microbatch;
-      fill_members(input.samples, shard.subspan(begin, count), &microbatch);
-      microbatch.shape = max_row_shape(options, static_cast<std::int64_t>(count));
-      replicas[r].push_back(std::move(microbatch));
+  return best_fixed_size(rows, costs, rule, options, incumbent_ms, [&](std::int64_t size) {
+    const std::size_t step = static_cast<std::size_t>(size);
+    std::vector<std::vector<MicroBatch>> replicas(shards.size());
+    for (std::size_t r = 0; r < shards.size(); ++r) {
+      const std::span<const std::size_t> shard(shards[r]);
+      for (std::size_t begin = 0; begin < shard.size(); begin += step) {
+        const std::size_t count = std::min(shard.size() - begin, step);
+        MicroBatch microbatch;
+        fill_members(input.samples, shard.subspan(begin, count), &microbatch);
+        microbatch.shape = max_row_shape(options, static_cast<std::int64_t>(count));
+        replicas[r].push_back(std::move(microbatch));
+      }
     }
-  }
-  return finish(std::move(replicas), costs, rule, options, incumbent_ms);
+    return replicas;
+  });
 }
 
 std::optional<Candidate> run_packing(const StrategyInput& input, ShapeCosts& costs,
@@ -155,16 +159,19 @@ std::optional<Candidate> run_packing(const StrategyInput& input, ShapeCosts& cos
   const std::int64_t rows =
       rows_per_microbatch(options, costs, rule, static_cast<std::int64_t>(most_rows));
   if (rows == 0) return std::nullopt;
-  std::vector<std::vector<MicroBatch>> replicas(shards.size());
-  for (std::size_t r = 0; r < shards.size(); ++r) {
-    const std::span<const PackedRow> all(packed[r]);
-    for (std::size_t begin = 0; begin < all.size(); begin += static_cast<std::size_t>(rows)) {
-      const std::size_t count = std::min(all.size() - begin, static_cast<std::size_t>(rows));
-      replicas[r].push_back(
-          make_packed_microbatch(input.samples, all.subspan(begin, count), options, varlen));
+  return best_fixed_size(rows, costs, rule, options, incumbent_ms, [&](std::int64_t size) {
+    const std::size_t step = static_cast<std::size_t>(size);
+    std::vector<std::vector<MicroBatch>> replicas(shards.size());
+    for (std::size_t r = 0; r < shards.size(); ++r) {
+      const std::span<const PackedRow> all(packed[r]);
+      for (std::size_t begin = 0; begin < all.size(); begin += step) {
+        const std::size_t count = std::min(all.size() - begin, step);
+        replicas[r].push_back(
+            make_packed_microbatch(input.samples, all.subspan(begin, count), options, varlen));
+      }
     }
-  }
-  return finish(std::move(replicas), costs, rule, options, incumbent_ms);
+    return replicas;
+  });
 }
 
 std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts& costs,

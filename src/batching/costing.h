@@ -173,6 +173,29 @@ struct Candidate {
   double objective_ms = std::numeric_limits<double>::infinity();
 };
 
+// For the strategies of a fixed micro-batch size (padding, the packings): the
+// micro-batching of `most` rows each when options.fixed_batch sets it; otherwise the best
+// of every size from `most` (the most that fit) down to 1 by the DP's objective
+// (replicas_objective()), as token-based picks its token budget. The most that fit has the
+// smallest Σt but the longest fill and drain: where memory is plentiful (a small model, a
+// CPU) it is one micro-batch of every row and no pipelining at all. Ties keep the larger
+// size; nullopt when nothing fits or beats `incumbent_ms`. build(rows) returns the
+// replicas' micro-batches.
+template <typename Build>
+std::optional<Candidate> best_fixed_size(std::int64_t most, ShapeCosts& costs, MemoryRule rule,
+                                         const BatchingOptions& options, double incumbent_ms,
+                                         Build&& build) {
+  std::optional<Candidate> best;
+  const std::int64_t smallest = options.fixed_batch > 0 ? most : 1;
+  for (std::int64_t rows = most; rows >= smallest; --rows) {
+    std::vector<std::vector<MicroBatch>> replicas = build(rows);
+    const std::optional<double> objective = replicas_objective(replicas, costs, rule, options);
+    const double bound = best ? best->objective_ms : incumbent_ms;
+    if (objective && *objective < bound) best = Candidate{std::move(replicas), *objective};
+  }
+  return best;
+}
+
 // Strategy entry points (baselines.cpp, dynapipe_strategy.cpp). `order` is the
 // strategy-independent sorted order (order_samples()). nullopt: nothing feasible under
 // this rule and mode, or nothing strictly better than `incumbent_ms`.

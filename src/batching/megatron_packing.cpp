@@ -90,8 +90,8 @@ std::vector<GlobalBatch> form_megatron_global_batches(const std::vector<Sample>&
 namespace detail {
 
 // The batch's samples, next-fit into full-length rows; micro-batch k of fixed_batch rows
-// (or the most that fit) goes to replica k mod dp, as Megatron's sampler deals
-// micro-batches to data-parallel ranks. Only the 1F1B memory rule applies (the schedule
+// (else of the best size up to the most that fit, best_fixed_size()) goes to replica
+// k mod dp, as Megatron's sampler deals micro-batches to data-parallel ranks. Only the 1F1B memory rule applies (the schedule
 // is fixed), and only the configured recompute mode when one is set.
 std::optional<Candidate> run_packing_megatron(const StrategyInput& input, ShapeCosts& costs, MemoryRule rule,
                                               double incumbent_ms) {
@@ -126,7 +126,8 @@ std::optional<Candidate> run_packing_megatron(const StrategyInput& input, ShapeC
       return std::nullopt;
     }
   } else {
-    // The most rows that fit, as packing does (memory is non-decreasing in rows).
+    // The most rows that fit (memory is non-decreasing in rows); best_fixed_size() then
+    // tries every smaller size too.
     std::int64_t lo = 0, hi = std::max<std::int64_t>(1, static_cast<std::int64_t>(rows.size()));
     while (lo < hi) {
       const std::int64_t mid = lo + (hi - lo + 1) / 2;
@@ -139,26 +140,26 @@ std::optional<Candidate> run_packing_megatron(const StrategyInput& input, ShapeC
     if (lo == 0) return std::nullopt;
     per_microbatch = lo;
   }
-  std::vector<std::vector<MicroBatch>> replicas(static_cast<std::size_t>(options.dp));
-  const std::size_t step = static_cast<std::size_t>(per_microbatch);
-  for (std::size_t begin = 0, k = 0; begin < rows.size(); begin += step, ++k) {
-    const std::size_t end = std::min(rows.size(), begin + step);
-    MicroBatch microbatch;
-    std::vector<std::size_t> members;
-    for (std::size_t r = begin; r < end; ++r) {
-      microbatch.rows.emplace_back();
-      for (std::size_t i : rows[r]) {
-        members.push_back(i);
-        microbatch.rows.back().push_back(input.samples[i].id);
+  return best_fixed_size(per_microbatch, costs, rule, options, incumbent_ms, [&](std::int64_t size) {
+    std::vector<std::vector<MicroBatch>> replicas(static_cast<std::size_t>(options.dp));
+    const std::size_t step = static_cast<std::size_t>(size);
+    for (std::size_t begin = 0, k = 0; begin < rows.size(); begin += step, ++k) {
+      const std::size_t end = std::min(rows.size(), begin + step);
+      MicroBatch microbatch;
+      std::vector<std::size_t> members;
+      for (std::size_t r = begin; r < end; ++r) {
+        microbatch.rows.emplace_back();
+        for (std::size_t i : rows[r]) {
+          members.push_back(i);
+          microbatch.rows.back().push_back(input.samples[i].id);
+        }
       }
+      fill_members(input.samples, members, &microbatch);
+      microbatch.shape = shape_of(static_cast<std::int64_t>(end - begin));
+      replicas[k % replicas.size()].push_back(std::move(microbatch));
     }
-    fill_members(input.samples, members, &microbatch);
-    microbatch.shape = shape_of(static_cast<std::int64_t>(end - begin));
-    replicas[k % replicas.size()].push_back(std::move(microbatch));
-  }
-  const std::optional<double> objective = replicas_objective(replicas, costs, rule, options);
-  if (!objective || !(*objective < incumbent_ms)) return std::nullopt;
-  return Candidate{std::move(replicas), *objective};
+    return replicas;
+  });
 }
 
 }  // namespace detail

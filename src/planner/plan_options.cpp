@@ -85,7 +85,7 @@ std::vector<PlanOptionSpec> make_table() {
                "Round micro-batch sequence lengths up to this multiple", &O::seqlen_multiple, 1,
                4096));
   t.push_back(row("--micro-batch-size", "micro_batch_size",
-               "Rows per micro-batch for padding/packing strategies (0: the most that fit)",
+               "Rows per micro-batch for padding/packing strategies (0: the size of the lowest objective, up to the most that fit)",
                &O::micro_batch_size, 0, kMaxLen));
   t.push_back(row("--recompute", "recompute",
                "One recompute mode for every micro-batch (auto: the planner picks)", &O::recompute, 0,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <optional>
 
@@ -312,12 +313,14 @@ struct Planner::Impl {
   // permute: a quick search that also tries the permuted micro-batch orders. record:
   // the winner's timeline (SearchOptions::record_winner), which a plan needs.
   // random_orders: also try that many seeded random orders (where orders are permuted).
-  // max_orders: try at most that many orders (0: SearchOptions' default).
+  // max_orders: try at most that many orders (0: SearchOptions' default). other_modes: a
+  // quick search whose mode fits no schedule tries every mode (true) or throws (false).
   Choice search_replicas(const GlobalBatch& batch,
                          const std::vector<std::vector<MicroBatch>>& replicas,
                          ScheduleKind schedule, bool quick = false,
                          Recompute recompute = Recompute::None, bool permute = false,
-                         bool record = true, int random_orders = 0, int max_orders = 0) const;
+                         bool record = true, int random_orders = 0, int max_orders = 0,
+                         bool other_modes = true) const;
   Choice choose(const GlobalBatch& batch) const;
   Choice with_random_orders(const GlobalBatch& batch, Choice choice) const;
   // make_search_candidates() for one recompute mode: only that mode's problems are costed.
@@ -384,7 +387,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
                                       const std::vector<std::vector<MicroBatch>>& replicas,
                                       ScheduleKind schedule, bool quick,
                                       Recompute recompute, bool permute, bool record,
-                                      int random_orders, int max_orders) const {
+                                      int random_orders, int max_orders, bool other_modes) const {
   const Impl& m = *this;
   Choice choice;
   choice.schedule = schedule;
@@ -431,7 +434,10 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
         try {
           replica.best = search_schedule(replica.candidates, quick_options);
         } catch (const Error& e) {
-          if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+          if (!other_modes ||
+              (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported)) {
+            throw;
+          }
           replica.candidates = all_candidates();
           replica.best = search_schedule(replica.candidates, quick_options);
         }
@@ -637,36 +643,39 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
                    [](const Choice& a, const Choice& b) { return a.est_ms < b.est_ms; });
   constexpr std::size_t kFullSearches = 3;
   std::optional<Choice> choice;
-  // Full searches run so far: a repeat on the same micro-batches, schedule and mode gives
+  // Full searches run so far: a repeat on the same micro-batches, schedule and modes gives
   // the same estimate and, not strictly faster, leaves the choice as it is.
   struct Searched {
     const Choice* ranked_choice;
-    bool own_mode;
+    std::optional<Recompute> mode;
     double est_ms;
   };
   std::vector<Searched> searched;
   std::vector<Choice> baseline_full;  // the baseline cuts' full searches, where they ran
-  // own_mode: only the cut's recompute mode (its quick search's), orders permuted.
-  auto search_in_full = [&](const Choice& ranked_choice, bool own_mode = false) -> double {
+  std::deque<Choice> lighter_cuts;    // baseline cuts searched on critical-path in lighter modes
+  // mode: only that recompute mode, orders permuted (other_modes: every mode if that one
+  // fits no schedule); none given: every mode.
+  auto search_in_full = [&](const Choice& ranked_choice,
+                            std::optional<Recompute> mode = std::nullopt,
+                            bool other_modes = true) -> double {
     for (const Searched& s : searched) {
       const Choice& other = *s.ranked_choice;
-      if (s.own_mode == own_mode && other.schedule == ranked_choice.schedule &&
-          (!own_mode || other.dp_recompute == ranked_choice.dp_recompute) &&
+      if (s.mode == mode && other.schedule == ranked_choice.schedule &&
           same_cut(other, ranked_choice)) {
         return s.est_ms;
       }
     }
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
-    Choice full = own_mode ? m.search_replicas(batch, replicas, ranked_choice.schedule, true,
-                                               ranked_choice.dp_recompute, /*permute=*/true)
-                           : m.search_replicas(batch, replicas, ranked_choice.schedule);
+    Choice full = mode ? m.search_replicas(batch, replicas, ranked_choice.schedule, true, *mode,
+                                           /*permute=*/true, /*record=*/true, 0, 0, other_modes)
+                       : m.search_replicas(batch, replicas, ranked_choice.schedule);
     full.batching = ranked_choice.batching;
     full.dp_recompute = ranked_choice.dp_recompute;
     full.baseline_cut = ranked_choice.baseline_cut;
     const double est_ms = full.est_ms;
     if (full.baseline_cut) baseline_full.push_back(full);
     if (!choice || est_ms < choice->est_ms) choice = std::move(full);
-    searched.push_back({&ranked_choice, own_mode, est_ms});
+    searched.push_back({&ranked_choice, mode, est_ms});
     return est_ms;
   };
   // The padded cut is searched on top of the three best others when it ranks among the
@@ -718,8 +727,34 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
                .est_ms < two_window_ms;
   };
   for (const Choice& ranked_choice : ranked) {
-    if (ranked_choice.baseline_cut && in_window(ranked_choice)) {
-      search_in_full(ranked_choice, /*own_mode=*/true);
+    if (!ranked_choice.baseline_cut) continue;
+    if (in_window(ranked_choice)) search_in_full(ranked_choice, ranked_choice.dp_recompute);
+    // The baseline's own search tries every recompute mode. One lighter than the mode its
+    // cut was sized for (the 1F1B rule) can fit the schedule that admits forwards by memory
+    // alone, critical-path: packing-varlen's own plan ran its cut so at recompute none where
+    // the cut was sized for selective, and beat dynapipe's at GPT-6.7B pp 8 2048 (2431.8 vs
+    // 2437.3 ms). So each lighter mode whose quick estimate there comes within the window is
+    // searched in full too (the heavier ones only add recomputation to a cut that fits).
+    const ScheduleKind memory_bound =
+        m.schedule != ScheduleKind::Auto ? m.schedule : ScheduleKind::CriticalPath;
+    if (m.schedule == ScheduleKind::Auto &&
+        std::ranges::count(auto_schedule_kinds(*m.cost), memory_bound) == 0) {
+      continue;
+    }
+    Choice& lighter_cut = lighter_cuts.emplace_back(ranked_choice);  // searched keeps its address
+    lighter_cut.schedule = memory_bound;
+    for (Recompute lighter : {Recompute::None, Recompute::Selective}) {
+      if (!(lighter < ranked_choice.dp_recompute)) break;
+      try {
+        const Choice quick = m.search_replicas(batch, replica_microbatches(ranked_choice),
+                                               memory_bound, /*quick=*/true, lighter,
+                                               /*permute=*/false, /*record=*/false, 0, 0,
+                                               /*other_modes=*/false);
+        if (quick.est_ms < window_ms) search_in_full(lighter_cut, lighter, /*other_modes=*/false);
+      } catch (const Error& e) {
+        // That mode fits no schedule (or none applies): the heavier ones were searched.
+        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+      }
     }
   }
   // Random orders for the chosen plan and for the baseline cuts searched in full: given

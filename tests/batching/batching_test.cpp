@@ -259,6 +259,25 @@ TEST(PaddingTest, LargestBatchThatFitsAndStridedReplicas) {
   EXPECT_EQ(result.replicas[0][0].shape, (MicroBatchShape{3, 64, 0}));
 }
 
+TEST(PaddingTest, RowsPerMicroBatchMinimiseTheObjectiveNotTheMostThatFit) {
+  // Four stages, no memory limit: all 8 rows fit in one micro-batch. A micro-batch of b
+  // 64-token rows takes 3·(0.5 + 0.064·b) ms; objective Σt + 3·max t:
+  // b = 8: 3.036 + 9.108 = 12.144; b = 4: 4.536 + 6.804 = 11.34 (the best);
+  // b = 5 (5, 3): 4.536 + 7.38 = 11.916; b = 2: 7.536 + 5.652 = 13.188.
+  const FakeCostModel model({.num_stages = 4});
+  const GlobalBatch batch = gpt_batch({5, 60, 7, 33, 12, 1, 2, 3});
+  BatchingOptions options{.strategy = Strategy::Padding, .num_stages = 4, .max_seqlen = 64};
+  const BatchingResult chosen = make_microbatches(batch, model, options);
+  EXPECT_EQ(shapes_of(chosen.replicas[0]),
+            (std::vector<MicroBatchShape>{{4, 64, 0}, {4, 64, 0}}));
+  EXPECT_NEAR(chosen.objective_ms, 11.34, 1e-9);
+  // A size the user fixes is kept.
+  options.fixed_batch = 8;
+  const BatchingResult fixed = make_microbatches(batch, model, options);
+  EXPECT_EQ(shapes_of(fixed.replicas[0]), (std::vector<MicroBatchShape>{{8, 64, 0}}));
+  EXPECT_NEAR(fixed.objective_ms, 12.144, 1e-9);
+}
+
 TEST(PackingTest, FirstFitInDataOrderDenseRows) {
   const FakeCostModel model({.num_stages = 1});
   const GlobalBatch batch = gpt_batch({2, 5, 6, 3, 4});
@@ -629,6 +648,42 @@ MicroBatch brute_force_microbatch(const RandomCase& c, const std::vector<std::si
 // is not subadditive, whose merged rows must not prune (CostModel::subadditive()). A
 // fifth make a micro-batch faster at token counts divisible by 64: not monotone, so no
 // scan may stop at the first segment over a cap (CostModel::monotone()).
+// padding and the packings (packing-megatron too) with no size given: no fixed size beats
+// their choice under the same memory rule (they try every size up to the most that fit).
+TEST(BatchingPropertyTest, FixedSizeStrategiesChooseTheBestSize) {
+  int compared = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    RandomCase c = random_case(seed);
+    const FakeCostModel model(c.params);
+    for (Strategy strategy : {Strategy::Padding, Strategy::Packing, Strategy::PackingVarlen,
+                              Strategy::PackingMegatron}) {
+      c.options.strategy = strategy;
+      c.options.fixed_batch = 0;
+      std::optional<BatchingResult> chosen;
+      try {
+        chosen = make_microbatches(c.batch, model, c.options);
+      } catch (const Error& e) {
+        ASSERT_EQ(e.kind(), ErrorKind::Infeasible) << "seed " << seed << ": " << e.what();
+        continue;
+      }
+      for (std::int64_t size = 1; size <= 8; ++size) {
+        BatchingOptions fixed = c.options;
+        fixed.fixed_batch = size;
+        try {
+          const BatchingResult other = make_microbatches(c.batch, model, fixed);
+          if (other.one_in_flight != chosen->one_in_flight) continue;
+          EXPECT_LE(chosen->objective_ms, other.objective_ms * (1 + 1e-12))
+              << strategy_name(strategy) << " seed " << seed << " size " << size;
+          ++compared;
+        } catch (const Error& e) {
+          ASSERT_EQ(e.kind(), ErrorKind::Infeasible) << "seed " << seed << ": " << e.what();
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000);
+}
+
 TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
   int checked = 0;
   for (std::uint64_t seed = 1; seed <= 500; ++seed) {

@@ -167,21 +167,25 @@ TEST(LayerPartitionTest, BalancedKeepsUniformWhereItPlansFaster) {
 }
 
 TEST(LayerPartitionTest, EachStrategyGetsItsOwnFasterSplit) {
-  // GPT-6.7B pp 8 at 2048 tokens: dynapipe keeps the uniform split (above), while
-  // packing-varlen plans faster on the memory-ruled one; stage_layers_for() gives each its
-  // own, as `simulate` and `plan`'s comparison use them.
+  // T5-11B pp 4 at 80 GiB, max seqlen 1024 (targets 512): dynapipe's split is 9,9,14,16,
+  // while token-based plans faster on 8,9,13,18; stage_layers_for() gives each its own, as
+  // `simulate` and `plan`'s comparison use them. (At GPT-6.7B pp 8 2048 packing-varlen
+  // took its own split while its micro-batches were the most rows that fit; with its size
+  // chosen by the objective, one row, it keeps dynapipe's.)
   PlanOptions options;
-  options.model = "gpt-6.7b";
+  options.model = "t5-11b";
   options.samples = DYNAPIPE_SOURCE_DIR "/assets/flan_like_mix.jsonl.gz";
-  options.pp = 8;
-  options.max_seqlen = 2048;
-  options.memory_limit_gib = 40;
+  options.pp = 4;
+  options.max_seqlen = 1024;
+  options.max_target_len = 512;
+  options.memory_limit_gib = 80;
+  options.cost_model = "analytic:a100-80g";
   const PlanConfig dynapipe = to_plan_config(options);
-  PlanConfig varlen = dynapipe;
-  varlen.strategy = Strategy::PackingVarlen;
-  varlen.stage_layers = stage_layers_for(options, varlen);
-  EXPECT_TRUE(dynapipe.stage_layers.empty());
-  EXPECT_EQ(layers_per_stage(varlen.stage_layers), (std::vector<int>{3, 4, 4, 4, 4, 4, 5, 4}));
+  PlanConfig token_based = dynapipe;
+  token_based.strategy = Strategy::TokenBased;
+  token_based.stage_layers = stage_layers_for(options, token_based);
+  EXPECT_EQ(layers_per_stage(dynapipe.stage_layers), (std::vector<int>{9, 9, 14, 16}));
+  EXPECT_EQ(layers_per_stage(token_based.stage_layers), (std::vector<int>{8, 9, 13, 18}));
   // Each plans faster on its own split, as balanced plans them (the first 4 batches).
   const Dataset data = Dataset::load(dynapipe.samples_path, truncation_limits(dynapipe));
   const std::vector<GlobalBatch> batches = form_global_batches(data, dynapipe.global_batch_tokens, 4);
@@ -194,8 +198,8 @@ TEST(LayerPartitionTest, EachStrategyGetsItsOwnFasterSplit) {
     for (const GlobalBatch& batch : batches) total += planner.plan_iteration(batch).est_iteration_ms;
     return total;
   };
-  EXPECT_LT(planned(varlen, varlen.stage_layers), planned(varlen, dynapipe.stage_layers));
-  EXPECT_LT(planned(dynapipe, dynapipe.stage_layers), planned(dynapipe, varlen.stage_layers));
+  EXPECT_LT(planned(token_based, token_based.stage_layers), planned(token_based, dynapipe.stage_layers));
+  EXPECT_LT(planned(dynapipe, dynapipe.stage_layers), planned(dynapipe, token_based.stage_layers));
 }
 
 TEST(LayerPartitionTest, BalancedKeepsUniformWhenOnlyUniformHoldsTheWeights) {

@@ -65,7 +65,7 @@ struct BatchingOptions {
   // 0 (default) = try 512, 1024, ..., 65536 and keep the best objective.
   std::int64_t token_budget = 0;
   // padding, packing and packing-megatron: rows per micro-batch, >= 0. 0 (default) =
-  // largest that fits.
+  // every size up to the largest that fits, the lowest objective kept.
   std::int64_t fixed_batch = 0;
   // One recompute mode for every micro-batch (packing-megatron runs a whole training run
   // in one mode). Default: none set = try none, selective, full and keep the best.
