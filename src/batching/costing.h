@@ -174,8 +174,9 @@ struct Candidate {
 };
 
 // For the strategies of a fixed micro-batch size (padding, the packings): the
-// micro-batching of `most` rows each when options.fixed_batch sets it; otherwise the best
-// of every size from `most` (the most that fit) down to 1 by the DP's objective
+// micro-batching of `most` rows each when options.fixed_batch sets it or
+// !options.size_by_objective; otherwise the best of every size from `most` (the most
+// that fit) down to 1 by the DP's objective
 // (replicas_objective()), as token-based picks its token budget. The most that fit has the
 // smallest Σt but the longest fill and drain: where memory is plentiful (a small model, a
 // CPU) it is one micro-batch of every row and no pipelining at all. Ties keep the larger
@@ -186,7 +187,7 @@ std::optional<Candidate> best_fixed_size(std::int64_t most, ShapeCosts& costs, M
                                          const BatchingOptions& options, double incumbent_ms,
                                          Build&& build) {
   std::optional<Candidate> best;
-  const std::int64_t smallest = options.fixed_batch > 0 ? most : 1;
+  const std::int64_t smallest = options.fixed_batch > 0 || !options.size_by_objective ? most : 1;
   for (std::int64_t rows = most; rows >= smallest; --rows) {
     std::vector<std::vector<MicroBatch>> replicas = build(rows);
     const std::optional<double> objective = replicas_objective(replicas, costs, rule, options);

@@ -250,6 +250,12 @@ bool is_dp_strategy(Strategy strategy) {
   return strategy == Strategy::DynaPipe || strategy == Strategy::DynaPipePadded;
 }
 
+// The strategies of a fixed rows-per-micro-batch (BatchingOptions::size_by_objective).
+bool sizes_rows(Strategy strategy) {
+  return strategy == Strategy::Padding || strategy == Strategy::Packing ||
+         strategy == Strategy::PackingVarlen || strategy == Strategy::PackingMegatron;
+}
+
 // ZB-H1 fills 1F1B's bubble with deferred W passes: its fill/drain costs about
 // (p − 1)·(F + I − W) instead of (p − 1)·(F + I + W) (Qi et al., "Zero Bubble Pipeline
 // Parallelism", 2023). The ratio on the bottleneck stage of a max-length sample.
@@ -586,18 +592,25 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // packing-varlen's and token-based's own micro-batches (their 1F1B rule, as they plan
     // themselves), each run as one varlen row: no slower and no heavier than the
     // baseline's, so dynapipe's plan can match the baseline wherever it is the best
-    // (docs/batching.md "Baseline cuts").
-    for (Strategy baseline : {Strategy::PackingVarlen, Strategy::TokenBased}) {
+    // (docs/batching.md "Baseline cuts"). packing-varlen's plan simulates two sizes of
+    // micro-batch (choose()): both cuts, the second where it differs.
+    std::vector<std::vector<MicroBatch>> last_cut;
+    for (const auto& [baseline, by_objective] :
+         {std::pair{Strategy::PackingVarlen, true}, std::pair{Strategy::PackingVarlen, false},
+          std::pair{Strategy::TokenBased, true}}) {
       BatchingOptions theirs = m.batching;
       theirs.strategy = baseline;
       theirs.in_flight.clear();
       theirs.bubble_weight = 1.0;
-      std::optional<Choice> c = attempt([&] {
+      theirs.size_by_objective = by_objective;
+      std::optional<Choice> c = attempt([&]() -> std::optional<Choice> {
         const BatchingResult cut = make_microbatches(batch, *m.cost, theirs);
         std::vector<std::vector<MicroBatch>> replicas;
         for (const std::vector<MicroBatch>& replica : cut.replicas) {
           replicas.push_back(as_varlen_microbatches(batch, replica, m.batching));
         }
+        if (!by_objective && replicas == last_cut) return std::nullopt;
+        last_cut = replicas;
         Choice choice = m.quick_search(batch, replicas, m.schedule, cut.recompute, &ranked);
         choice.batching = m.batching;
         choice.dp_recompute = cut.recompute;
@@ -636,7 +649,31 @@ Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice
 Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   const Impl& m = *this;
   if (!is_dp_strategy(m.batching.strategy)) {
-    return with_random_orders(batch, m.search(batch, m.batching, m.schedule));
+    Choice best = m.search(batch, m.batching, m.schedule);
+    if (sizes_rows(m.batching.strategy) && m.batching.fixed_batch == 0) {
+      // Rows per micro-batch as the objective chose them, and the most that fit, each
+      // searched in full: the objective's 1F1B bubble can favour micro-batches smaller than
+      // a schedule with a shorter fill and drain wants (GPT-6.7B pp 4 on H100 80 GiB at
+      // 512: packing-varlen 1.00x dynapipe with the most that fit, 0.96x by the objective).
+      BatchingOptions most = m.batching;
+      most.size_by_objective = false;
+      try {
+        const BatchingResult cut = make_microbatches(batch, *m.cost, most);
+        const bool same = runs_cut(best, cut.replicas.size(), [&](std::size_t r) -> const auto& {
+          return cut.replicas[r];
+        });
+        if (!same) {
+          Choice other = m.search_replicas(batch, cut.replicas, m.schedule);
+          other.dp_recompute = cut.recompute;
+          other.batching = most;
+          if (other.est_ms < best.est_ms) best = std::move(other);
+        }
+      } catch (const Error& e) {
+        // E.g. fewer micro-batches of the most that fit than replicas.
+        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+      }
+    }
+    return with_random_orders(batch, std::move(best));
   }
   std::vector<Choice> ranked = rank_dp_plans(batch);
   std::stable_sort(ranked.begin(), ranked.end(),

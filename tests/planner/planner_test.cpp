@@ -237,6 +237,42 @@ TEST(PlannerTest, CriticalPathWinsWhereUnequalMicroBatchesMeetMemory) {
   }
 }
 
+// packing-varlen without --micro-batch-size simulates two sizes, the objective's choice and
+// the most rows that fit, and keeps the faster: each wins somewhere. GPT-6.7B pp 4 on H100
+// 80 GiB at 512 takes the most that fit (the objective's 1F1B bubble favours smaller
+// micro-batches than zb1p and critical-path need); gpt-tiny pp 2 on the CPU model, where
+// every row fits one micro-batch, takes one row each.
+TEST(PlannerTest, RowSizedBaselinesSimulateTheObjectivesSizeAndTheMostThatFit) {
+  PlanConfig h100 = gpt_config("packing-varlen", 4, 1, 512);
+  h100.cost_model = "analytic:h100-80g";
+  h100.memory_limit_gib = 80;
+  PlanConfig cpu = h100;
+  cpu.model = load_model_spec("gpt-tiny");
+  cpu.cost_model = "analytic:cpu";
+  cpu.pp = 2;
+  cpu.max_seqlen = cpu.max_target_len = 2048;
+  cpu.global_batch_tokens = 16384;
+  cpu.memory_limit_gib = 0;
+  // Estimates only, as `tune` plans: one row per micro-batch at H100 512 fills memory under
+  // critical-path to within the verifier's communication buffers (a known gap between the
+  // simulator's and the verifier's memory models, docs/schedules.md).
+  PlannerOptions estimates = options_with(false, {});
+  estimates.verify = false;
+  for (const auto& [config, most_wins] : {std::pair{h100, true}, std::pair{cpu, false}}) {
+    const Planner chosen(config, estimates);
+    const GlobalBatch batch = batches_of(config, 1).front();
+    const IterationPlan plan = chosen.plan_iteration(batch);
+    std::int64_t rows = 0;
+    for (const MicroBatch& mb : plan.replicas.front().microbatches) rows = std::max(rows, mb.shape.batch);
+    // The other size, fixed: the most that fit where the objective's size won, and back.
+    PlanConfig fixed = config;
+    fixed.micro_batch_size = most_wins ? 1 : 8;
+    const double other = Planner(fixed, estimates).plan_iteration(batch).est_iteration_ms;
+    EXPECT_LT(plan.est_iteration_ms, other) << config.model.name;
+    EXPECT_EQ(rows > 1, most_wins) << config.model.name << ": " << rows << " rows";
+  }
+}
+
 // packing-varlen's and token-based's cuts run varlen are searched on top of the usual
 // three, so they can only make a plan faster; and with them dynapipe plans every iteration
 // no slower than those two baselines plan it themselves (same split, schedule auto).

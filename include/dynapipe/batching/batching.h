@@ -65,8 +65,13 @@ struct BatchingOptions {
   // 0 (default) = try 512, 1024, ..., 65536 and keep the best objective.
   std::int64_t token_budget = 0;
   // padding, packing and packing-megatron: rows per micro-batch, >= 0. 0 (default) =
-  // every size up to the largest that fits, the lowest objective kept.
+  // chosen (size_by_objective).
   std::int64_t fixed_batch = 0;
+  // With fixed_batch 0: true (default) = every size up to the largest that fits, the
+  // lowest objective kept; false = the largest that fits. The planner simulates both and
+  // keeps the faster: the objective's 1F1B bubble can favour smaller micro-batches than a
+  // schedule with a shorter fill and drain wants.
+  bool size_by_objective = true;
   // One recompute mode for every micro-batch (packing-megatron runs a whole training run
   // in one mode). Default: none set = try none, selective, full and keep the best.
   std::optional<Recompute> recompute = std::nullopt;
