@@ -774,9 +774,10 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     // searched in full too (the heavier ones only add recomputation to a cut that fits).
     const ScheduleKind memory_bound =
         m.schedule != ScheduleKind::Auto ? m.schedule : ScheduleKind::CriticalPath;
-    if (m.schedule == ScheduleKind::Auto &&
-        std::ranges::count(auto_schedule_kinds(*m.cost), memory_bound) == 0) {
-      continue;
+    if (ranked_choice.dp_recompute == Recompute::None ||
+        (m.schedule == ScheduleKind::Auto &&
+         std::ranges::count(auto_schedule_kinds(*m.cost), memory_bound) == 0)) {
+      continue;  // no lighter mode, or no critical-path (the cpu device)
     }
     Choice& lighter_cut = lighter_cuts.emplace_back(ranked_choice);  // searched keeps its address
     lighter_cut.schedule = memory_bound;
