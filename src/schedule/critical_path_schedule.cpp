@@ -11,9 +11,13 @@
 //  * else a forward whose activation is there and that fits in memory: on stage 0 the
 //    next micro-batch in id order (the injection order stays the search's to choose),
 //    elsewhere the one with the longest remaining chain (forward to the last stage and
-//    its backward down to stage 0). It fits when the device's static bytes + the stored
-//    bytes of what it holds + this one's stored bytes + the largest peak_bytes of any of
-//    them stay within the memory limit (none: unlimited). A device holding nothing
+//    its backward down to stage 0). It fits when the device's static bytes + the held
+//    bytes of what it holds + this one's held bytes + the largest peak_bytes of any of
+//    them stay within the memory limit (none: unlimited). Held bytes are the stored
+//    activations plus the forward's output: the lowered plan keeps the sent activation
+//    until its backward waits on the send (plan/lowering.cpp), and with no in-flight
+//    count those outputs add up (many short micro-batches: GPT-6.7B pp 4 on H100 at 512
+//    with one row each went 5.4 MB over 80 GiB in the plan verifier, which counts them). A device holding nothing
 //    admits any forward — it would wait forever otherwise; the simulator then reports
 //    the overflow;
 //  * else (nothing ready, or the forward does not fit) the oldest pending W, which frees
@@ -46,6 +50,10 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
+// What a held micro-batch keeps on its stage: stored activations and the sent output
+// (0 on the last stage), see the admission rule above.
+std::int64_t held_bytes(const StageCost& cost) { return cost.stored_bytes + cost.output_bytes; }
+
 // An input that has been sent to a device: the micro-batch and when it is there.
 struct Arrival {
   int mb = 0;
@@ -58,7 +66,7 @@ struct DeviceState {
   std::vector<Arrival> backwards;  // gradients sent here (or own F done, last stage)
   std::vector<int> held;           // micro-batches between F and B (or W) here
   std::vector<int> pending_w;      // I run, W not yet (oldest first)
-  std::int64_t memory = 0;         // static + stored bytes of `held`
+  std::int64_t memory = 0;         // static + held_bytes() of `held`
   int next_injection = 0;          // stage 0: the next micro-batch in id order
   int ops_run = 0;
 };
@@ -160,7 +168,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
       auto fits = [&](int mb) {
         const StageCost& c = problem.costs[mb][s];
         return limit <= 0 || dev.held.empty() ||
-               dev.memory + c.stored_bytes + std::max(held_peak, c.peak_bytes) <= limit;
+               dev.memory + held_bytes(c) + std::max(held_peak, c.peak_bytes) <= limit;
       };
       int mb = -1;
       if (s == 0) {
@@ -196,7 +204,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
     const StageCost& cost = problem.costs[op.mb][s];
     if (op.kind == OpKind::F) {
       dev.held.push_back(op.mb);
-      dev.memory += cost.stored_bytes;
+      dev.memory += held_bytes(cost);
       if (s + 1 < p) {
         devices[s + 1].forwards.push_back({op.mb, send(d, d + 1, cost.output_bytes, end)});
       } else {
@@ -204,13 +212,13 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
       }
     } else if (op.kind == OpKind::W) {
       std::erase(dev.held, op.mb);
-      dev.memory -= cost.stored_bytes;
+      dev.memory -= held_bytes(cost);
     } else {
       if (op.kind == OpKind::I) {
         dev.pending_w.push_back(op.mb);
       } else {
         std::erase(dev.held, op.mb);
-        dev.memory -= cost.stored_bytes;
+        dev.memory -= held_bytes(cost);
       }
       if (s > 0) {
         devices[s - 1].backwards.push_back(

@@ -46,12 +46,17 @@ TEST(CriticalPathTest, LongThenShortOnTwoDevicesExactly) {
                 16.0, 18.0);
 }
 
-// The limit (215 bytes, 100 stored + 10 peak each) lets a device hold two: device 0
-// injects F2 only after B0 freed mb 0. By hand: dev0 F0 [0,1] F1 [1,2] B0 [4,6] F2 [6,7]
-// B1 [7,9] F3 [9,10] B2 [10,12] B3 [13,15].
+// A held micro-batch keeps its stored bytes and its sent output (100 + 5 on stage 0; the
+// last stage sends nothing): the limit of 225 bytes (+ 10 peak) lets device 0 hold two,
+// so it injects F2 only after B0 freed mb 0. By hand: dev0 F0 [0,1] F1 [1,2] B0 [4,6]
+// F2 [6,7] B1 [7,9] F3 [9,10] B2 [10,12] B3 [13,15].
 TEST(CriticalPathTest, MemoryBoundsWhatADeviceHoldsExactly) {
   PipelineProblem p = fused(testing::uniform_problem(4, 2, 1.0, 2.0));
-  p.memory_limit_bytes = 215;
+  for (auto& per_stage : p.costs) {
+    per_stage[0].output_bytes = 5;
+    per_stage[1].output_bytes = 0;
+  }
+  p.memory_limit_bytes = 225;
   const ScheduleOrder order = build(p);
   EXPECT_EQ(letters(order.device_ops[0]), "F0 F1 B0 F2 B1 F3 B2 B3 ");
   EXPECT_EQ(letters(order.device_ops[1]), "F0 B0 F1 B1 F2 B2 F3 B3 ");
@@ -59,6 +64,9 @@ TEST(CriticalPathTest, MemoryBoundsWhatADeviceHoldsExactly) {
   EXPECT_DOUBLE_EQ(r.makespan_ms, 15.0);
   EXPECT_EQ(r.peak_memory_bytes[0], 210);
   EXPECT_TRUE(r.fits_memory);
+  // 215 bytes would hold two stored activations but not their outputs too: one at a time.
+  p.memory_limit_bytes = 215;
+  EXPECT_EQ(letters(build(p).device_ops[0]), "F0 B0 F1 B1 F2 B2 F3 B3 ");
   // Without the limit device 0 injects all four first.
   p.memory_limit_bytes = 0;
   EXPECT_EQ(letters(build(p).device_ops[0]), "F0 F1 F2 F3 B0 B1 B2 B3 ");
