@@ -51,16 +51,6 @@ std::int64_t rows_per_microbatch(const BatchingOptions& options, ShapeCosts& cos
   return lo;
 }
 
-std::optional<Candidate> finish(std::vector<std::vector<MicroBatch>> replicas, ShapeCosts& costs,
-                                MemoryRule rule, const BatchingOptions& options,
-                                double incumbent_ms) {
-  const std::optional<double> objective =
-      replicas_objective(replicas, costs, rule, options);
-  if (!objective || !(*objective < incumbent_ms)) return std::nullopt;
-  return Candidate{std::move(replicas), *objective};
-}
-
-
 // First-fit in the given order: each sample goes to the first row with room in both
 // dimensions. Complexity: O(n · rows).
 std::vector<PackedRow> pack_first_fit(std::span<const Sample> samples,
@@ -236,7 +226,7 @@ std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts&
       replicas[k % replicas.size()].push_back(std::move(microbatches[k]));
     }
     const double bound = best ? best->objective_ms : incumbent_ms;
-    if (std::optional<Candidate> c = finish(std::move(replicas), costs, rule, options, bound)) {
+    if (std::optional<Candidate> c = candidate_below(std::move(replicas), costs, rule, options, bound)) {
       best = std::move(c);
     }
   }

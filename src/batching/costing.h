@@ -173,15 +173,24 @@ struct Candidate {
   double objective_ms = std::numeric_limits<double>::infinity();
 };
 
+// The micro-batches as a candidate with their objective (replicas_objective()) if they fit
+// and it is strictly below `bound_ms`; nullopt otherwise.
+inline std::optional<Candidate> candidate_below(std::vector<std::vector<MicroBatch>> replicas,
+                                                ShapeCosts& costs, MemoryRule rule,
+                                                const BatchingOptions& options, double bound_ms) {
+  const std::optional<double> objective = replicas_objective(replicas, costs, rule, options);
+  if (!objective || !(*objective < bound_ms)) return std::nullopt;
+  return Candidate{std::move(replicas), *objective};
+}
+
 // For the strategies of a fixed micro-batch size (padding, the packings): the
 // micro-batching of `most` rows each when options.fixed_batch sets it or
-// !options.size_by_objective; otherwise the best of every size from `most` (the most
-// that fit) down to 1 by the DP's objective
-// (replicas_objective()), as token-based picks its token budget. The most that fit has the
-// smallest Σt but the longest fill and drain: where memory is plentiful (a small model, a
-// CPU) it is one micro-batch of every row and no pipelining at all. Ties keep the larger
-// size; nullopt when nothing fits or beats `incumbent_ms`. build(rows) returns the
-// replicas' micro-batches.
+// !options.size_by_objective; otherwise the best of every size from `most` (the most that
+// fit) down to 1 by the DP's objective (replicas_objective()), as token-based picks its
+// token budget. The most that fit has the smallest Σt but the longest fill and drain:
+// where memory is plentiful (a small model, a CPU) it is one micro-batch of every row and
+// no pipelining at all. Ties keep the larger size; nullopt when nothing fits or beats
+// `incumbent_ms`. build(rows) returns the replicas' micro-batches.
 template <typename Build>
 std::optional<Candidate> best_fixed_size(std::int64_t most, ShapeCosts& costs, MemoryRule rule,
                                          const BatchingOptions& options, double incumbent_ms,
@@ -189,10 +198,10 @@ std::optional<Candidate> best_fixed_size(std::int64_t most, ShapeCosts& costs, M
   std::optional<Candidate> best;
   const std::int64_t smallest = options.fixed_batch > 0 || !options.size_by_objective ? most : 1;
   for (std::int64_t rows = most; rows >= smallest; --rows) {
-    std::vector<std::vector<MicroBatch>> replicas = build(rows);
-    const std::optional<double> objective = replicas_objective(replicas, costs, rule, options);
     const double bound = best ? best->objective_ms : incumbent_ms;
-    if (objective && *objective < bound) best = Candidate{std::move(replicas), *objective};
+    if (std::optional<Candidate> c = candidate_below(build(rows), costs, rule, options, bound)) {
+      best = std::move(c);
+    }
   }
   return best;
 }

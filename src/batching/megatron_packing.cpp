@@ -91,8 +91,9 @@ namespace detail {
 
 // The batch's samples, next-fit into full-length rows; micro-batch k of fixed_batch rows
 // (else of the best size up to the most that fit, best_fixed_size()) goes to replica
-// k mod dp, as Megatron's sampler deals micro-batches to data-parallel ranks. Only the 1F1B memory rule applies (the schedule
-// is fixed), and only the configured recompute mode when one is set.
+// k mod dp, as Megatron's sampler deals micro-batches to data-parallel ranks. Only the
+// 1F1B memory rule applies (the schedule is fixed), and only the configured recompute
+// mode when one is set.
 std::optional<Candidate> run_packing_megatron(const StrategyInput& input, ShapeCosts& costs, MemoryRule rule,
                                               double incumbent_ms) {
   const BatchingOptions& options = input.options;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <deque>
 #include <limits>
 #include <optional>
 
@@ -684,35 +683,36 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   // the same estimate and, not strictly faster, leaves the choice as it is.
   struct Searched {
     const Choice* ranked_choice;
+    ScheduleKind schedule;
     std::optional<Recompute> mode;
     double est_ms;
   };
   std::vector<Searched> searched;
   std::vector<Choice> baseline_full;  // the baseline cuts' full searches, where they ran
-  std::deque<Choice> lighter_cuts;    // baseline cuts searched on critical-path in lighter modes
   // mode: only that recompute mode, orders permuted (other_modes: every mode if that one
-  // fits no schedule); none given: every mode.
+  // fits no schedule); none given: every mode. schedule: the --schedule value searched
+  // (none given: the choice's).
   auto search_in_full = [&](const Choice& ranked_choice,
                             std::optional<Recompute> mode = std::nullopt,
-                            bool other_modes = true) -> double {
+                            bool other_modes = true,
+                            std::optional<ScheduleKind> schedule_given = std::nullopt) -> double {
+    const ScheduleKind schedule = schedule_given.value_or(ranked_choice.schedule);
     for (const Searched& s : searched) {
-      const Choice& other = *s.ranked_choice;
-      if (s.mode == mode && other.schedule == ranked_choice.schedule &&
-          same_cut(other, ranked_choice)) {
+      if (s.mode == mode && s.schedule == schedule && same_cut(*s.ranked_choice, ranked_choice)) {
         return s.est_ms;
       }
     }
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
-    Choice full = mode ? m.search_replicas(batch, replicas, ranked_choice.schedule, true, *mode,
+    Choice full = mode ? m.search_replicas(batch, replicas, schedule, true, *mode,
                                            /*permute=*/true, /*record=*/true, 0, 0, other_modes)
-                       : m.search_replicas(batch, replicas, ranked_choice.schedule);
+                       : m.search_replicas(batch, replicas, schedule);
     full.batching = ranked_choice.batching;
     full.dp_recompute = ranked_choice.dp_recompute;
     full.baseline_cut = ranked_choice.baseline_cut;
     const double est_ms = full.est_ms;
     if (full.baseline_cut) baseline_full.push_back(full);
     if (!choice || est_ms < choice->est_ms) choice = std::move(full);
-    searched.push_back({&ranked_choice, mode, est_ms});
+    searched.push_back({&ranked_choice, schedule, mode, est_ms});
     return est_ms;
   };
   // The padded cut is searched on top of the three best others when it ranks among the
@@ -779,16 +779,16 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
          std::ranges::count(auto_schedule_kinds(*m.cost), memory_bound) == 0)) {
       continue;  // no lighter mode, or no critical-path (the cpu device)
     }
-    Choice& lighter_cut = lighter_cuts.emplace_back(ranked_choice);  // searched keeps its address
-    lighter_cut.schedule = memory_bound;
+    const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
     for (Recompute lighter : {Recompute::None, Recompute::Selective}) {
       if (!(lighter < ranked_choice.dp_recompute)) break;
       try {
-        const Choice quick = m.search_replicas(batch, replica_microbatches(ranked_choice),
-                                               memory_bound, /*quick=*/true, lighter,
-                                               /*permute=*/false, /*record=*/false, 0, 0,
-                                               /*other_modes=*/false);
-        if (quick.est_ms < window_ms) search_in_full(lighter_cut, lighter, /*other_modes=*/false);
+        const Choice quick =
+            m.search_replicas(batch, replicas, memory_bound, /*quick=*/true, lighter,
+                              /*permute=*/false, /*record=*/false, 0, 0, /*other_modes=*/false);
+        if (quick.est_ms < window_ms) {
+          search_in_full(ranked_choice, lighter, /*other_modes=*/false, memory_bound);
+        }
       } catch (const Error& e) {
         // That mode fits no schedule (or none applies): the heavier ones were searched.
         if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;

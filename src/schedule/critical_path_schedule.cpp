@@ -17,9 +17,9 @@
 //    activations plus the forward's output: the lowered plan keeps the sent activation
 //    until its backward waits on the send (plan/lowering.cpp), and with no in-flight
 //    count those outputs add up (many short micro-batches: GPT-6.7B pp 4 on H100 at 512
-//    with one row each went 5.4 MB over 80 GiB in the plan verifier, which counts them). A device holding nothing
-//    admits any forward — it would wait forever otherwise; the simulator then reports
-//    the overflow;
+//    with one row each went 5.4 MB over 80 GiB in the plan verifier, which counts them).
+//    A device holding nothing admits any forward — it would wait forever otherwise; the
+//    simulator then reports the overflow;
 //  * else (nothing ready, or the forward does not fit) the oldest pending W, which frees
 //    its micro-batch's memory;
 //  * else it waits for the next input to arrive.
