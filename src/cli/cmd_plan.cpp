@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
+#include <exception>
 #include <fstream>
 #include <iostream>
 
@@ -28,6 +30,7 @@ struct PlanFlags {
   std::string actions_csv;
   bool summary_json = false;
   bool compare = true;
+  int planner_threads = 0;
 };
 
 // The chosen strategy first, then every other one in table order.
@@ -70,8 +73,10 @@ void add_summary_row(TextTable& table, const std::string& strategy, const Planne
 
 void run_plan(const PlanFlags& flags) {
   PlanConfig config = to_plan_config(flags.common);
+  const int threads = checked_planner_threads(flags.planner_threads);
   const std::vector<GlobalBatch> batches = load_global_batches(config);
-  PlannedRun chosen = plan_batches(config, batches, std::string(strategy_name(config.strategy)).c_str());
+  PlannedRun chosen =
+      plan_batches(config, batches, std::string(strategy_name(config.strategy)).c_str(), threads);
 
   ExecutionPlan plan;
   plan.config = config;
@@ -115,6 +120,10 @@ void run_plan(const PlanFlags& flags) {
   runs.emplace_back(std::string(strategy_name(config.strategy)), PlannedRun{{}, plan.summary});
   runs.back().second.iterations = plan.iterations;
   if (flags.compare) {
+    // Every baseline's iterations planned at once, reported in table order.
+    std::vector<std::string> names;
+    std::vector<PlanJob> jobs;
+    std::deque<std::vector<GlobalBatch>> own_batches;  // packing-megatron's (stable addresses)
     for (Strategy strategy : comparison_strategies(config.strategy)) {
       if (strategy == config.strategy) continue;
       PlanConfig other = config;
@@ -123,15 +132,28 @@ void run_plan(const PlanFlags& flags) {
       try {
         // Each baseline on its own best split (docs/partition.md), not dynapipe's.
         other.stage_layers = stage_layers_for(flags.common, other);
-        // packing-megatron's global batches are rows-based; the others share token batches.
-        const bool own_batches =
-            (strategy == Strategy::PackingMegatron) != (config.strategy == Strategy::PackingMegatron);
-        runs.emplace_back(name, plan_batches(other, own_batches ? load_global_batches(other) : batches,
-                                             name.c_str()));
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible) throw;
         std::fprintf(stderr, "%s: infeasible: %s\n", name.c_str(), e.what());
+        continue;
       }
+      // packing-megatron's global batches are rows-based; the others share token batches.
+      const bool rows_based =
+          (strategy == Strategy::PackingMegatron) != (config.strategy == Strategy::PackingMegatron);
+      if (rows_based) own_batches.push_back(load_global_batches(other));
+      names.push_back(name);
+      jobs.push_back({other, rows_based ? &own_batches.back() : &batches});
+    }
+    std::vector<PlanJobResult> results = plan_jobs(jobs, threads, "baselines");
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      try {
+        if (results[j].error) std::rethrow_exception(results[j].error);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Infeasible) throw;
+        std::fprintf(stderr, "%s: infeasible: %s\n", names[j].c_str(), e.what());
+        continue;
+      }
+      runs.emplace_back(names[j], std::move(results[j].run));
     }
   }
   double packing_ms = 0;
@@ -154,6 +176,7 @@ void setup(CLI::App& app) {
   command->add_flag("--summary-json", flags->summary_json,
                     "Print only the plan's summary as one JSON object");
   command->add_flag("!--no-compare", flags->compare, "Skip planning the baselines for comparison");
+  add_planner_threads_flag(*command, flags->planner_threads);
   command->callback([flags] { run_plan(*flags); });
 }
 

@@ -3,6 +3,7 @@
 // split into what the layer split leaves unbalanced and what the schedule loses.
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 
 #include "cli/command.h"
@@ -26,6 +27,7 @@ struct SimulateFlags {
   std::string strategies = join(strategy_names(), ",");
   std::string schedules = "1f1b,interleaved,wait-free-cyclic,zb1p,auto";
   std::string trace;
+  int planner_threads = 0;
 };
 
 std::string memory_cell(const std::vector<std::int64_t>& bytes) {
@@ -36,6 +38,7 @@ std::string memory_cell(const std::vector<std::int64_t>& bytes) {
 
 void run_simulate(const SimulateFlags& flags) {
   const PlanConfig base = to_plan_config(flags.common);
+  const int threads = checked_planner_threads(flags.planner_threads);
   const std::vector<GlobalBatch> batches = load_global_batches(base);
   std::printf("dynapipe simulate: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
               base.model.name.c_str(), base.tp, base.pp, base.dp, static_cast<long long>(base.max_seqlen),
@@ -63,6 +66,15 @@ void run_simulate(const SimulateFlags& flags) {
   }
   std::vector<std::string> unsupported;  // why the n/a rows are n/a, each reason once
   std::vector<GlobalBatch> megatron_batches;  // packing-megatron's rows-based batches, when asked
+  // Every row's configuration first, then every row's iterations planned at once.
+  struct Row {
+    std::string strategy, schedule;
+    std::string layers = "-";
+    std::exception_ptr error;  // choosing its split failed
+    std::size_t job = 0;       // its index in `jobs`, when it has one
+  };
+  std::vector<Row> rows;
+  std::vector<PlanJob> jobs;
   for (const std::string& strategy : strategies) {
     const bool megatron = *parse_strategy(strategy) == Strategy::PackingMegatron;
     if (megatron && megatron_batches.empty()) {
@@ -71,56 +83,77 @@ void run_simulate(const SimulateFlags& flags) {
       megatron_batches = load_global_batches(config);
     }
     for (const std::string& schedule : schedules) {
+      Row& row = rows.emplace_back();
+      row.strategy = strategy;
+      row.schedule = schedule;
       PlanConfig config = base;
       config.strategy = *parse_strategy(strategy);
       config.schedule = *parse_schedule_kind(schedule);
-      PlannedRun run;
-      std::string layers = "-";
       try {
         // Every row on its own best split (docs/partition.md): a baseline compared in its
         // strongest form, not on the split chosen for --strategy.
         if (config.strategy != base.strategy || config.schedule != base.schedule) {
           config.stage_layers = stage_layers_for(flags.common, config);
         }
-        layers = join(layers_per_stage(config.stage_layers.empty()
-                                           ? assign_layers_uniform(config.model, config.pp)
-                                           : config.stage_layers),
-                      ",");
-        run = plan_batches(config, megatron ? megatron_batches : batches, (strategy + "/" + schedule).c_str());
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
-        table.add_row({strategy, schedule, "-", "-", "-", "-", "-",
-                       e.kind() == ErrorKind::Infeasible ? "infeasible" : "n/a", layers, "-", "-"});
-        const std::string why = cat(schedule, ": ", e.what());
-        if (e.kind() == ErrorKind::Unsupported &&
-            std::find(unsupported.begin(), unsupported.end(), why) == unsupported.end()) {
-          unsupported.push_back(why);
-        }
+        row.layers = join(layers_per_stage(config.stage_layers.empty()
+                                               ? assign_layers_uniform(config.model, config.pp)
+                                               : config.stage_layers),
+                          ",");
+      } catch (...) {
+        row.error = std::current_exception();
         continue;
       }
-      // vs ideal = busiest/ideal (the busiest device's work over the mean: the layer split
-      // and the stages' costs) × iter/busiest (what fill, drain and stalls add to it).
-      double ideal = 0, busiest = 0, bubble = 0;
-      std::vector<std::int64_t> peak(config.pp, 0);
-      for (const IterationPlan& it : run.iterations) {
-        const IterationStats s = iteration_stats(it, config.pp);
-        ideal += s.ideal_ms / run.iterations.size();
-        busiest += s.busiest_ms / run.iterations.size();
-        bubble += s.bubble_fraction / run.iterations.size();
-        for (int d = 0; d < config.pp; ++d) peak[d] = std::max(peak[d], s.peak_memory_bytes[d]);
+      row.job = jobs.size();
+      jobs.push_back({config, megatron ? &megatron_batches : &batches});
+    }
+  }
+  std::vector<PlanJobResult> results =
+      plan_jobs(jobs, threads, "simulate");
+
+  for (const Row& row : rows) {
+    const std::string& strategy = row.strategy;
+    const std::string& schedule = row.schedule;
+    const std::string& layers = row.layers;
+    PlanJobResult* result = row.error ? nullptr : &results[row.job];
+    const PlanConfig* job_config = row.error ? nullptr : &jobs[row.job].config;
+    try {
+      if (row.error) std::rethrow_exception(row.error);
+      if (result->error) std::rethrow_exception(result->error);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+      table.add_row({strategy, schedule, "-", "-", "-", "-", "-",
+                     e.kind() == ErrorKind::Infeasible ? "infeasible" : "n/a", layers, "-", "-"});
+      const std::string why = cat(schedule, ": ", e.what());
+      if (e.kind() == ErrorKind::Unsupported &&
+          std::find(unsupported.begin(), unsupported.end(), why) == unsupported.end()) {
+        unsupported.push_back(why);
       }
-      const double ms = run.summary.mean_est_iteration_ms;
-      table.add_row({strategy, schedule, format_fixed(ms, 1),
-                     format_fixed(run.summary.est_tokens_per_s, 0), format_fixed(bubble, 3),
-                     memory_cell(peak), format_fixed(ideal, 1),
-                     format_fixed(ms / std::max(ideal, 1e-9), 2) + "x", layers,
-                     format_fixed(busiest / std::max(ideal, 1e-9), 3) + "x",
-                     format_fixed(ms / std::max(busiest, 1e-9), 3) + "x"});
-      if (!flags.trace.empty() && (best_ms == 0 || ms < best_ms)) {
-        best_ms = ms;
-        best_plan.config = config;
-        best_plan.iterations = run.iterations;
-      }
+      continue;
+    }
+    const PlanConfig& config = *job_config;
+    PlannedRun& run = result->run;
+    // vs ideal = busiest/ideal (the busiest device's work over the mean: the layer split
+    // and the stages' costs) × iter/busiest (what fill, drain and stalls add to it).
+    double ideal = 0, busiest = 0, bubble = 0;
+    std::vector<std::int64_t> peak(config.pp, 0);
+    for (const IterationPlan& it : run.iterations) {
+      const IterationStats s = iteration_stats(it, config.pp);
+      ideal += s.ideal_ms / run.iterations.size();
+      busiest += s.busiest_ms / run.iterations.size();
+      bubble += s.bubble_fraction / run.iterations.size();
+      for (int d = 0; d < config.pp; ++d) peak[d] = std::max(peak[d], s.peak_memory_bytes[d]);
+    }
+    const double ms = run.summary.mean_est_iteration_ms;
+    table.add_row({strategy, schedule, format_fixed(ms, 1),
+                   format_fixed(run.summary.est_tokens_per_s, 0), format_fixed(bubble, 3),
+                   memory_cell(peak), format_fixed(ideal, 1),
+                   format_fixed(ms / std::max(ideal, 1e-9), 2) + "x", layers,
+                   format_fixed(busiest / std::max(ideal, 1e-9), 3) + "x",
+                   format_fixed(ms / std::max(busiest, 1e-9), 3) + "x"});
+    if (!flags.trace.empty() && (best_ms == 0 || ms < best_ms)) {
+      best_ms = ms;
+      best_plan.config = config;
+      best_plan.iterations = run.iterations;
     }
   }
   std::cout << table.to_markdown();
@@ -149,6 +182,7 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--trace", flags->trace,
                       "Chrome/Perfetto trace of the fastest strategy x schedule");
+  add_planner_threads_flag(*command, flags->planner_threads);
   command->callback([flags] { run_simulate(*flags); });
 }
 

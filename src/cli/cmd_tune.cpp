@@ -44,6 +44,7 @@ struct TuneFlags {
   bool summary_json = false;
   bool megatron_token_batches = false;
   bool megatron_free_recompute = false;
+  int planner_threads = 0;
 };
 
 // The ratios are against this strategy when it has a result (the paper's baseline), else
@@ -67,6 +68,7 @@ void run_tune(const TuneFlags& flags) {
   options.iterations = flags.iterations;
   options.megatron_token_batches = flags.megatron_token_batches;
   options.megatron_free_recompute = flags.megatron_free_recompute;
+  options.threads = checked_planner_threads(flags.planner_threads);
   if (!flags.strategies.empty()) options.strategies = split(flags.strategies, ',');
   options.validate();
   // Fail fast on the cost model and model (e.g. a100-measured with another model) before
@@ -167,6 +169,7 @@ void setup(CLI::App& app) {
                     "Ablation: plan packing-megatron on the token-budget global batches");
   command->add_flag("--megatron-free-recompute", flags->megatron_free_recompute,
                     "Ablation: also let packing-megatron pick recompute per iteration");
+  add_planner_threads_flag(*command, flags->planner_threads);
   command->callback([flags] { run_tune(*flags); });
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <variant>
 
+#include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
 
 namespace dynapipe::cli {
@@ -39,6 +40,22 @@ void add_plan_option_flags(CLI::App& command, PlanOptions& flags, const std::vec
   for (const PlanOptionSpec& spec : plan_option_table()) {
     if (std::find(names.begin(), names.end(), spec.name) != names.end()) add_plan_option(command, flags, spec);
   }
+}
+
+void add_planner_threads_flag(CLI::App& command, int& threads) {
+  command
+      .add_option("--planner-threads", threads,
+                  "Threads planning iterations at once (0: one per hardware thread); the plans "
+                  "are the same for any count")
+      ->capture_default_str();
+}
+
+int checked_planner_threads(int threads) {
+  if (threads < 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--planner-threads must be >= 0 (0: one per hardware thread), got ", threads));
+  }
+  return threads;
 }
 
 }  // namespace dynapipe::cli

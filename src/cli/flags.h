@@ -23,4 +23,10 @@ void add_common_flags(CLI::App& command, CommonFlags& flags, SamplesFlag samples
 // that sets the others itself (tune lays out tp, pp, dp and strategy per point).
 void add_plan_option_flags(CLI::App& command, PlanOptions& flags, const std::vector<std::string>& names);
 
+// --planner-threads of `plan`, `simulate` and `tune`: how many iterations and
+// configurations are planned at once (default 0: one per hardware thread).
+void add_planner_threads_flag(CLI::App& command, int& threads);
+// The flag's value; throws InvalidArgument unless it is >= 0.
+int checked_planner_threads(int threads);
+
 }  // namespace dynapipe::cli

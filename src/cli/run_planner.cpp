@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/truncation.h"
 #include "dynapipe/data/global_batch.h"
+#include "dynapipe/planner/plan_many.h"
 #include "dynapipe/planner/planner.h"
 
 namespace dynapipe::cli {
@@ -39,28 +41,63 @@ std::vector<GlobalBatch> load_global_batches(const PlanConfig& config) {
   return batches;
 }
 
-PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
-                        const char* label) {
-  const Planner planner(config);
+std::vector<PlanJobResult> plan_jobs(const std::vector<PlanJob>& jobs, int threads,
+                                     const char* label) {
+  std::vector<PlanJobResult> results(jobs.size());
+  // The planners first, in order: their errors and warnings come as a run in order gives them.
+  std::vector<std::unique_ptr<const Planner>> planners(jobs.size());
   // Once per process: plan and simulate plan several strategies with one cost model.
   static std::set<std::string> warned;
-  if (const std::string warning = planner.extrapolation_warning(); !warning.empty() && warned.insert(warning).second)
-    std::fprintf(stderr, "%s\n", warning.c_str());
-  PlannedRun run;
-  run.iterations.reserve(batches.size());
-  const bool interactive = isatty(fileno(stderr));
-  auto last_report = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < batches.size(); ++i) {
-    run.iterations.push_back(planner.plan_iteration(batches[i]));
-    const auto now = std::chrono::steady_clock::now();
-    if (interactive && now - last_report > std::chrono::milliseconds(200)) {
-      std::fprintf(stderr, "\r%s: planned %zu/%zu iterations", label, i + 1, batches.size());
-      last_report = now;
+  std::vector<PlanRequest> requests;
+  std::vector<std::size_t> job_of;  // per request
+  std::size_t iterations = 0;
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    try {
+      planners[j] = std::make_unique<const Planner>(jobs[j].config);
+    } catch (...) {
+      results[j].error = std::current_exception();
+      continue;
     }
+    const std::string warning = planners[j]->extrapolation_warning();
+    if (!warning.empty() && warned.insert(warning).second) {
+      std::fprintf(stderr, "%s\n", warning.c_str());
+    }
+    requests.push_back({planners[j].get(), *jobs[j].batches});
+    job_of.push_back(j);
+    iterations += jobs[j].batches->size();
   }
+
+  const bool interactive = isatty(fileno(stderr));
+  std::size_t done = 0;
+  auto last_report = std::chrono::steady_clock::now();
+  PlanProgress progress;
+  if (interactive) {
+    progress = [&](std::size_t, std::size_t) {
+      ++done;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_report > std::chrono::milliseconds(200)) {
+        std::fprintf(stderr, "\r%s: planned %zu/%zu iterations", label, done, iterations);
+        last_report = now;
+      }
+    };
+  }
+  std::vector<PlannedIterations> planned = plan_many(requests, threads, progress);
   if (interactive) std::fprintf(stderr, "\r\033[K");
-  run.summary = summarize(run.iterations);
-  return run;
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    PlanJobResult& result = results[job_of[r]];
+    result.error = planned[r].error;
+    if (result.error) continue;
+    result.run.iterations = std::move(planned[r].iterations);
+    result.run.summary = summarize(result.run.iterations);
+  }
+  return results;
+}
+
+PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
+                        const char* label, int threads) {
+  std::vector<PlanJobResult> results = plan_jobs({{config, &batches}}, threads, label);
+  if (results.front().error) std::rethrow_exception(results.front().error);
+  return std::move(results.front().run);
 }
 
 }  // namespace dynapipe::cli

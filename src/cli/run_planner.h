@@ -1,7 +1,8 @@
 // Shared driver of `plan` and `simulate`: load samples, form global batches, plan them
-// with progress on stderr.
+// on --planner-threads threads with progress on stderr.
 #pragma once
 
+#include <exception>
 #include <vector>
 
 #include "dynapipe/batching/megatron_packing.h"
@@ -22,8 +23,27 @@ struct PlannedRun {
   PlanSummary summary;
 };
 
-// Plans every batch with one Planner for `config`; `label` prefixes the progress line.
+// One configuration to plan on its batches (which must outlive the call).
+struct PlanJob {
+  PlanConfig config;
+  const std::vector<GlobalBatch>* batches = nullptr;
+};
+
+// A job's plans, or the error that stopped it: its Planner's, or its first failing
+// iteration's (the one a run in order would have thrown).
+struct PlanJobResult {
+  PlannedRun run;
+  std::exception_ptr error;
+};
+
+// Plans every job's batches, each with one Planner, all their iterations on one pool of
+// `threads` threads (0: one per hardware thread). The results are the same for any thread
+// count. `label` prefixes the progress line.
+std::vector<PlanJobResult> plan_jobs(const std::vector<PlanJob>& jobs, int threads,
+                                     const char* label);
+
+// plan_jobs() of one configuration; rethrows its error.
 PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
-                        const char* label);
+                        const char* label, int threads);
 
 }  // namespace dynapipe::cli

@@ -2,12 +2,15 @@
 #include "dynapipe/planner/tune.h"
 
 #include <algorithm>
+#include <exception>
+#include <memory>
 
 #include "dynapipe/batching/megatron_packing.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/cost/cost_model.h"
 #include "dynapipe/data/global_batch.h"
+#include "dynapipe/planner/plan_many.h"
 #include "dynapipe/planner/planner.h"
 #include "dynapipe/schedule/schedule.h"
 
@@ -34,6 +37,10 @@ std::vector<std::string> strategies_of(const TuneOptions& options) {
 
 void TuneOptions::validate() const {
   if (gpus < 1) throw Error(ErrorKind::InvalidArgument, cat("--gpus must be >= 1, got ", gpus));
+  if (threads < 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--planner-threads must be >= 0 (0: one per hardware thread), got ", threads));
+  }
   if (iterations < 1) throw Error(ErrorKind::InvalidArgument, cat("--iterations must be >= 1, got ", iterations));
   if (max_micro_batch_size < 1) {
     throw Error(ErrorKind::InvalidArgument, cat("max micro-batch size must be >= 1, got ", max_micro_batch_size));
@@ -113,8 +120,19 @@ TuneResult tune(const std::vector<Sample>& samples, const std::vector<SampleId>&
 
   PlannerOptions planner_options;
   planner_options.verify = false;  // estimates only; `plan` verifies what it writes
-  int done = 0;
-  for (const Candidate& c : candidates) {
+  // Every candidate's Planner first (in order), then all their iterations at once
+  // (plan_many()), then the points in candidate order: the same result for any thread count.
+  struct Point {
+    std::unique_ptr<const Planner> planner;
+    std::exception_ptr error;  // the Planner's, or the first failing iteration's
+    std::vector<IterationPlan> iterations;
+    bool has_iterations = false;  // plan_many() reports its end
+  };
+  std::vector<Point> points(candidates.size());
+  std::vector<PlanRequest> requests;
+  std::vector<std::size_t> point_of;  // per request
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    const Candidate& c = candidates[k];
     ++result.points_tried[c.strategy];
     PlanConfig config = base;
     config.strategy = *parse_strategy(c.strategy);
@@ -124,37 +142,63 @@ TuneResult tune(const std::vector<Sample>& samples, const std::vector<SampleId>&
     config.micro_batch_size = c.micro_batch_size;
     config.recompute = c.recompute;
     config.iterations = options.iterations;
-    const bool megatron = parse_strategy(c.strategy) == Strategy::PackingMegatron;
+    const bool own_batches = config.strategy == Strategy::PackingMegatron && !options.megatron_token_batches;
     try {
-      const Planner planner(config, planner_options);
-      std::vector<IterationPlan> iterations;
-      const bool own_batches = megatron && !options.megatron_token_batches;
-      for (const GlobalBatch& batch : own_batches ? megatron_batches : token_batches) {
-        iterations.push_back(planner.plan_iteration(batch));
-      }
-      const PlanSummary summary = summarize(iterations);
-      TunePoint point{.strategy = c.strategy,
-                      .layout = c.layout,
-                      .micro_batch_size = c.micro_batch_size,
-                      .recompute = c.recompute,
-                      .schedule = iterations.empty() || iterations[0].replicas.empty()
-                                      ? std::string()
-                                      : std::string(schedule_kind_name(iterations[0].replicas[0].schedule)),
-                      .est_tokens_per_s = summary.est_tokens_per_s,
-                      .est_iteration_ms = summary.mean_est_iteration_ms,
-                      .padding_efficiency = summary.padding_efficiency,
-                      .mean_planning_ms = summary.mean_planning_ms};
-      ++result.points_feasible[c.strategy];
-      auto it = result.best.find(c.strategy);
-      if (it == result.best.end() || point.est_tokens_per_s > it->second.est_tokens_per_s) {
-        result.best[c.strategy] = point;
-      }
-      result.feasible.push_back(std::move(point));
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+      points[k].planner = std::make_unique<const Planner>(config, planner_options);
+    } catch (...) {
+      points[k].error = std::current_exception();
+      continue;
     }
-    ++done;
-    if (options.progress) options.progress(done, static_cast<int>(candidates.size()));
+    requests.push_back({points[k].planner.get(), own_batches ? megatron_batches : token_batches});
+    point_of.push_back(k);
+    points[k].has_iterations = !requests.back().batches.empty();
+  }
+  int done = 0;
+  auto report = [&] {
+    if (options.progress) options.progress(++done, static_cast<int>(candidates.size()));
+  };
+  for (const Point& point : points) {
+    if (!point.has_iterations) report();  // nothing to plan
+  }
+  std::vector<PlannedIterations> planned =
+      plan_many(requests, options.threads, [&](std::size_t, std::size_t left) {
+        if (left == 0) report();  // plan_many() calls one at a time
+      });
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    points[point_of[r]].error = planned[r].error;
+    points[point_of[r]].iterations = std::move(planned[r].iterations);
+  }
+
+  for (std::size_t k = 0; k < candidates.size(); ++k) {
+    const Candidate& c = candidates[k];
+    Point& point = points[k];
+    if (point.error) {
+      try {
+        std::rethrow_exception(point.error);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+      }
+      continue;
+    }
+    const std::vector<IterationPlan>& iterations = point.iterations;
+    const PlanSummary summary = summarize(iterations);
+    TunePoint tuned{.strategy = c.strategy,
+                    .layout = c.layout,
+                    .micro_batch_size = c.micro_batch_size,
+                    .recompute = c.recompute,
+                    .schedule = iterations.empty() || iterations[0].replicas.empty()
+                                    ? std::string()
+                                    : std::string(schedule_kind_name(iterations[0].replicas[0].schedule)),
+                    .est_tokens_per_s = summary.est_tokens_per_s,
+                    .est_iteration_ms = summary.mean_est_iteration_ms,
+                    .padding_efficiency = summary.padding_efficiency,
+                    .mean_planning_ms = summary.mean_planning_ms};
+    ++result.points_feasible[c.strategy];
+    auto it = result.best.find(c.strategy);
+    if (it == result.best.end() || tuned.est_tokens_per_s > it->second.est_tokens_per_s) {
+      result.best[c.strategy] = tuned;
+    }
+    result.feasible.push_back(std::move(tuned));
   }
   return result;
 }

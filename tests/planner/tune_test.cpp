@@ -94,6 +94,49 @@ TEST(TuneTest, BestIsTheFastestFeasiblePointAndReplansTheSame) {
   EXPECT_DOUBLE_EQ(summary.est_tokens_per_s, megatron.est_tokens_per_s);
 }
 
+TEST(TuneTest, TheResultIsTheSameForAnyThreadCount) {
+  TuneOptions options = small_options();
+  options.iterations = 2;
+  const std::vector<Sample> samples = small_samples();
+  const TuneResult one = tune(samples, {}, options);
+  options.threads = 3;
+  std::vector<int> done_seen;
+  int total_seen = 0;
+  options.progress = [&](int done, int total) {  // one call at a time: no lock needed here
+    done_seen.push_back(done);
+    total_seen = total;
+  };
+  const TuneResult three = tune(samples, {}, options);
+
+  ASSERT_EQ(one.feasible.size(), three.feasible.size());
+  ASSERT_GT(one.feasible.size(), 3u);
+  for (std::size_t k = 0; k < one.feasible.size(); ++k) {
+    const TunePoint &a = one.feasible[k], &b = three.feasible[k];
+    EXPECT_EQ(a.strategy, b.strategy) << k;
+    EXPECT_EQ(a.layout, b.layout) << k;
+    EXPECT_EQ(a.micro_batch_size, b.micro_batch_size) << k;
+    EXPECT_EQ(a.recompute, b.recompute) << k;
+    EXPECT_EQ(a.schedule, b.schedule) << k;
+    EXPECT_EQ(a.est_iteration_ms, b.est_iteration_ms) << k;  // bit for bit
+    EXPECT_EQ(a.est_tokens_per_s, b.est_tokens_per_s) << k;
+  }
+  EXPECT_EQ(one.points_tried, three.points_tried);
+  EXPECT_EQ(one.points_feasible, three.points_feasible);
+  for (const auto& [name, best] : one.best) {
+    EXPECT_EQ(best.layout, three.best.at(name).layout) << name;
+    EXPECT_EQ(best.est_tokens_per_s, three.best.at(name).est_tokens_per_s) << name;
+  }
+  // Every point reported once, counting up.
+  int tried = 0;
+  for (const auto& [name, count] : one.points_tried) tried += count;
+  EXPECT_EQ(total_seen, tried);
+  ASSERT_EQ(static_cast<int>(done_seen.size()), tried);
+  for (int k = 0; k < tried; ++k) EXPECT_EQ(done_seen[k], k + 1);
+
+  options.threads = -1;
+  EXPECT_THROW(tune(samples, {}, options), Error);
+}
+
 TEST(TuneTest, LayoutsWithoutMeasurementsAreLeftOut) {
   TuneOptions options = small_options();
   options.base.model = load_model_spec("gpt-6.7b");

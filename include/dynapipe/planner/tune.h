@@ -44,7 +44,11 @@ struct TuneOptions {
   // also try the recompute mode chosen per iteration (no fixed mode for the run).
   bool megatron_token_batches = false;
   bool megatron_free_recompute = false;
-  // Called after each point: (points done, points in all). May be empty.
+  // Threads planning the points' iterations at once (0: one per hardware thread); the
+  // result is the same for any count. >= 0.
+  int threads = 1;
+  // Called after each point: (points done, points in all), from the thread that finished
+  // it, one call at a time. May be empty.
   std::function<void(int, int)> progress;
   void validate() const;  // throws InvalidArgument naming the field
 };

@@ -1,0 +1,95 @@
+#include "dynapipe/core/parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+namespace dynapipe {
+namespace {
+
+TEST(ParallelTest, EveryIndexRunsOnceAndWritesItsOwnSlot) {
+  for (int threads : {1, 2, 3, 8}) {
+    std::vector<int> out(100, -1);
+    std::atomic<int> calls{0};
+    const auto errors = run_indexed(out.size(), threads, [&](std::size_t i) {
+      ++calls;
+      out[i] = static_cast<int>(i * i);
+    });
+    EXPECT_EQ(calls.load(), 100) << threads << " threads";
+    ASSERT_EQ(errors.size(), 100u);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      EXPECT_EQ(out[i], static_cast<int>(i * i)) << i;
+      EXPECT_FALSE(errors[i]) << i;
+    }
+  }
+}
+
+TEST(ParallelTest, UsesAsManyThreadsAsAskedAndOneMeansTheCallersThread) {
+  // Each task waits (up to 10 s) until `threads` tasks run at once: with the pool asked for,
+  // every task then ran on its own thread; a smaller pool times out and shows fewer.
+  for (int threads : {1, 3}) {
+    std::mutex mutex;
+    std::set<std::thread::id> ids;
+    std::atomic<int> running{0};
+    run_indexed(static_cast<std::size_t>(threads), threads, [&](std::size_t) {
+      {
+        std::lock_guard lock(mutex);
+        ids.insert(std::this_thread::get_id());
+      }
+      ++running;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (running.load() < threads && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+    });
+    EXPECT_EQ(ids.size(), static_cast<std::size_t>(threads));
+    if (threads == 1) {
+      EXPECT_EQ(*ids.begin(), std::this_thread::get_id());
+    }
+  }
+}
+
+TEST(ParallelTest, ExceptionsAreKeptPerIndexAndTheOthersStillRun) {
+  std::vector<int> out(10, 0);
+  const auto errors = run_indexed(out.size(), 3, [&](std::size_t i) {
+    if (i == 3 || i == 7) throw std::runtime_error("task " + std::to_string(i));
+    out[i] = 1;
+  });
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const bool failed = i == 3 || i == 7;
+    EXPECT_EQ(static_cast<bool>(errors[i]), failed) << i;
+    EXPECT_EQ(out[i], failed ? 0 : 1) << i;
+  }
+  try {
+    std::rethrow_exception(errors[3]);
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "task 3");
+  }
+}
+
+TEST(ParallelTest, SkippedIndicesDoNotRun) {
+  std::vector<int> out(20, 0);
+  const auto errors = run_indexed(
+      out.size(), 2, [&](std::size_t i) { out[i] = 1; }, [](std::size_t i) { return i % 2 == 1; });
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i], i % 2 == 0 ? 1 : 0) << i;
+    EXPECT_FALSE(errors[i]);
+  }
+}
+
+TEST(ParallelTest, NoTasksAndZeroThreads) {
+  EXPECT_TRUE(run_indexed(0, 4, [](std::size_t) { FAIL(); }).empty());
+  EXPECT_GE(resolve_thread_count(0), 1);
+  EXPECT_EQ(resolve_thread_count(5), 5);
+  std::atomic<int> calls{0};
+  run_indexed(7, 0, [&](std::size_t) { ++calls; });  // 0: one per hardware thread
+  EXPECT_EQ(calls.load(), 7);
+}
+
+}  // namespace
+}  // namespace dynapipe
