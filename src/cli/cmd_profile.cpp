@@ -14,6 +14,7 @@
 
 #include "cli/command.h"
 #include "cli/output_file.h"
+#include "cli/torch_commands.h"
 #include "cli/transformer_graph.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
@@ -65,7 +66,8 @@ std::function<void(const runtime::ProfileProgress&)> progress_printer() {
 void setup_profile(CLI::App& app) {
   auto args = std::make_shared<ProfileArgs>();
   auto& o = args->options;
-  auto* cmd = app.add_subcommand("profile", "Measure this machine's per-layer costs into a profile JSON");
+  auto* cmd =
+      app.add_subcommand(std::string(kProfileCommand.name), std::string(kProfileCommand.description));
   cmd->add_option("--model", args->model, "Model preset or JSON file")->capture_default_str();
   cmd->add_option("--out", args->out, "The profile to write")->required();
   cmd->add_option("--graph-txt", args->graph_txt,

@@ -12,6 +12,7 @@
 
 #include "cli/command.h"
 #include "cli/flags.h"
+#include "cli/torch_commands.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/runtime/train.h"
@@ -65,7 +66,8 @@ std::vector<std::string> own_command_line() {
 void setup_train(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   auto& o = args->options;
-  auto* cmd = app.add_subcommand("train", "Train on this machine's CPUs with the planned executors");
+  auto* cmd =
+      app.add_subcommand(std::string(kTrainCommand.name), std::string(kTrainCommand.description));
   // Training runs on this machine's CPUs: estimate with the CPU model unless told otherwise.
   args->common.cost_model = "analytic:cpu";
   add_common_flags(*cmd, args->common, SamplesFlag::Data);
