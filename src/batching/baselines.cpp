@@ -39,16 +39,8 @@ std::int64_t rows_per_microbatch(const BatchingOptions& options, ShapeCosts& cos
                ? options.fixed_batch
                : 0;
   }
-  std::int64_t lo = 0, hi = std::max<std::int64_t>(cap, 1);  // fits(lo) (or lo = 0), hi unknown
-  while (lo < hi) {
-    const std::int64_t mid = lo + (hi - lo + 1) / 2;
-    if (costs.get(max_row_shape(options, mid)).fits(rule)) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
+  return most_rows_that_fit(costs, rule, cap,
+                            [&](std::int64_t rows) { return max_row_shape(options, rows); });
 }
 
 // First-fit in the given order: each sample goes to the first row with room in both

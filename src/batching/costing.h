@@ -2,6 +2,7 @@
 // and building MicroBatch values from samples. Shared by the DP and the baselines.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -181,6 +182,23 @@ inline std::optional<Candidate> candidate_below(std::vector<std::vector<MicroBat
   const std::optional<double> objective = replicas_objective(replicas, costs, rule, options);
   if (!objective || !(*objective < bound_ms)) return std::nullopt;
   return Candidate{std::move(replicas), *objective};
+}
+
+// The most rows in [1, max(cap, 1)] whose shape shape_of(rows) fits `rule`, by binary
+// search (memory is non-decreasing in rows); 0 if not even one row fits.
+template <typename ShapeOf>
+std::int64_t most_rows_that_fit(ShapeCosts& costs, MemoryRule rule, std::int64_t cap,
+                                ShapeOf&& shape_of) {
+  std::int64_t lo = 0, hi = std::max<std::int64_t>(cap, 1);  // fits(lo) (or lo = 0), hi unknown
+  while (lo < hi) {
+    const std::int64_t mid = lo + (hi - lo + 1) / 2;
+    if (costs.get(shape_of(mid)).fits(rule)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
 }
 
 // For the strategies of a fixed micro-batch size (padding, the packings): the

@@ -127,19 +127,10 @@ std::optional<Candidate> run_packing_megatron(const StrategyInput& input, ShapeC
       return std::nullopt;
     }
   } else {
-    // The most rows that fit (memory is non-decreasing in rows); best_fixed_size() then
-    // tries every smaller size too.
-    std::int64_t lo = 0, hi = std::max<std::int64_t>(1, static_cast<std::int64_t>(rows.size()));
-    while (lo < hi) {
-      const std::int64_t mid = lo + (hi - lo + 1) / 2;
-      if (costs.get(shape_of(mid)).fits(rule)) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    if (lo == 0) return std::nullopt;
-    per_microbatch = lo;
+    // The most rows that fit; best_fixed_size() then tries every smaller size too.
+    per_microbatch =
+        most_rows_that_fit(costs, rule, static_cast<std::int64_t>(rows.size()), shape_of);
+    if (per_microbatch == 0) return std::nullopt;
   }
   return best_fixed_size(per_microbatch, costs, rule, options, incumbent_ms, [&](std::int64_t size) {
     std::vector<std::vector<MicroBatch>> replicas(static_cast<std::size_t>(options.dp));
