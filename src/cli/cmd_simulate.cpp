@@ -107,8 +107,7 @@ void run_simulate(const SimulateFlags& flags) {
       jobs.push_back({config, megatron ? &megatron_batches : &batches});
     }
   }
-  std::vector<PlanJobResult> results =
-      plan_jobs(jobs, threads, "simulate");
+  std::vector<PlanJobResult> results = plan_jobs(jobs, threads, "simulate");
 
   for (const Row& row : rows) {
     const std::string& strategy = row.strategy;
