@@ -57,23 +57,25 @@ const std::vector<DeviceSpec>& presets() {
     v.push_back(h100);
 
     // This machine: a 2-core AVX-512 EPYC VM, 24 GiB, running Debian's LibTorch 1.13 with
-    // one thread per executor. Measured (docs/cost-model.md): ~100 GFLOP/s in large
-    // linear layers, 5-30 GFLOP/s in the attention bmm, elementwise ops at 1-13 GB/s
-    // (tensors over ~32 MB are page-fault bound). Loopback Gloo ~2.5 GB/s, ~0.1 ms. fp32.
+    // one thread per executor and the allocator keeping freed pages (runtime.md). Time
+    // terms fitted to whole-stage profiles of gpt-tiny and t5-tiny, then scaled to train's
+    // measured steps (bench/fit_device, docs/cost-model.md "Device presets"): ~73 GFLOP/s
+    // in linear layers, the attention bmm at 0.6 of that, elementwise ops at 6.7 GB/s,
+    // 22 us per op. Loopback Gloo ~2.5 GB/s, ~0.1 ms. fp32.
     DeviceSpec cpu;
     cpu.name = "cpu";
-    cpu.peak_tflops = 0.12;
-    cpu.memory_bandwidth_gbs = 3;
+    cpu.peak_tflops = 0.086;
+    cpu.memory_bandwidth_gbs = 6.7;
     cpu.memory_bytes = 24 * kGiB;
     cpu.link_bandwidth_gbs = 2.5;
     cpu.link_latency_ms = 0.1;
     cpu.allreduce_bandwidth_gbs = 2.5;
     cpu.bytes_per_element = 4;
     cpu.matmul_efficiency = 0.85;
-    cpu.matmul_half_rows = 32;
-    cpu.attention_efficiency = 0.15;
-    cpu.backward_speedup = 1.0;
-    cpu.op_overhead_ms = 0.01;  // LibTorch eager dispatch per op
+    cpu.matmul_half_rows = 22;
+    cpu.attention_efficiency = 0.6;
+    cpu.backward_speedup = 1.2;
+    cpu.op_overhead_ms = 0.022;  // LibTorch eager dispatch per op
     v.push_back(cpu);
     return v;
   }();
