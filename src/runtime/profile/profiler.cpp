@@ -18,6 +18,7 @@
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/device_spec.h"
+#include "runtime/exec/host_allocator.h"
 #include "runtime/profile/memory_tracker.h"
 #include "runtime/profile/piece.h"
 #include "runtime/stage_model.h"
@@ -258,6 +259,9 @@ Profile measure_profile(const ModelSpec& spec, const ProfilerOptions& options) {
   result.device.link_latency_ms = cpu.link_latency_ms;
   result.device.allreduce_bandwidth_gbs = cpu.allreduce_bandwidth_gbs;
   result.device.bytes_per_element = 4;  // the runtime trains in fp32
+  // As train keeps freed pages by default: time what it runs, not page faults (memory is
+  // counted by the allocator hook, which this does not change).
+  keep_freed_host_memory(true);
   {
     profile::ThreadsGuard threads(options.threads);
     profile::Profiler profiler(spec, options, result.device.memory_bytes);
