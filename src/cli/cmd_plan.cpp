@@ -121,39 +121,45 @@ void run_plan(const PlanFlags& flags) {
   runs.back().second.iterations = plan.iterations;
   if (flags.compare) {
     // Every baseline's iterations planned at once, reported in table order.
-    std::vector<std::string> names;
+    struct Baseline {
+      std::string name;
+      std::exception_ptr error;  // choosing its split failed
+      std::size_t job = 0;       // its index in `jobs`, when it has one
+    };
+    std::vector<Baseline> baselines;
     std::vector<PlanJob> jobs;
     std::deque<std::vector<GlobalBatch>> own_batches;  // packing-megatron's (stable addresses)
     for (Strategy strategy : comparison_strategies(config.strategy)) {
       if (strategy == config.strategy) continue;
       PlanConfig other = config;
       other.strategy = strategy;
-      const std::string name(strategy_name(strategy));
+      Baseline& baseline = baselines.emplace_back();
+      baseline.name = strategy_name(strategy);
       try {
         // Each baseline on its own best split (docs/partition.md), not dynapipe's.
         other.stage_layers = stage_layers_for(flags.common, other);
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::Infeasible) throw;
-        std::fprintf(stderr, "%s: infeasible: %s\n", name.c_str(), e.what());
+      } catch (...) {
+        baseline.error = std::current_exception();
         continue;
       }
       // packing-megatron's global batches are rows-based; the others share token batches.
       const bool rows_based =
           (strategy == Strategy::PackingMegatron) != (config.strategy == Strategy::PackingMegatron);
       if (rows_based) own_batches.push_back(load_global_batches(other));
-      names.push_back(name);
+      baseline.job = jobs.size();
       jobs.push_back({other, rows_based ? &own_batches.back() : &batches});
     }
     std::vector<PlanJobResult> results = plan_jobs(jobs, threads, "baselines");
-    for (std::size_t j = 0; j < jobs.size(); ++j) {
+    for (const Baseline& baseline : baselines) {
       try {
-        if (results[j].error) std::rethrow_exception(results[j].error);
+        if (baseline.error) std::rethrow_exception(baseline.error);
+        if (results[baseline.job].error) std::rethrow_exception(results[baseline.job].error);
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::Infeasible) throw;
-        std::fprintf(stderr, "%s: infeasible: %s\n", names[j].c_str(), e.what());
+        std::fprintf(stderr, "%s: infeasible: %s\n", baseline.name.c_str(), e.what());
         continue;
       }
-      runs.emplace_back(names[j], std::move(results[j].run));
+      runs.emplace_back(baseline.name, std::move(results[baseline.job].run));
     }
   }
   double packing_ms = 0;
