@@ -68,7 +68,7 @@ void run_tune(const TuneFlags& flags) {
   options.iterations = flags.iterations;
   options.megatron_token_batches = flags.megatron_token_batches;
   options.megatron_free_recompute = flags.megatron_free_recompute;
-  options.threads = checked_planner_threads(flags.planner_threads);
+  options.threads = flags.planner_threads;  // checked by validate()
   if (!flags.strategies.empty()) options.strategies = split(flags.strategies, ',');
   options.validate();
   // Fail fast on the cost model and model (e.g. a100-measured with another model) before

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <variant>
 
-#include "dynapipe/core/error.h"
+#include "dynapipe/core/parallel.h"
 #include "dynapipe/core/strings.h"
 
 namespace dynapipe::cli {
@@ -50,12 +50,6 @@ void add_planner_threads_flag(CLI::App& command, int& threads) {
       ->capture_default_str();
 }
 
-int checked_planner_threads(int threads) {
-  if (threads < 0) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat("--planner-threads must be >= 0 (0: one per hardware thread), got ", threads));
-  }
-  return threads;
-}
+int checked_planner_threads(int threads) { return checked_thread_count(threads, "--planner-threads"); }
 
 }  // namespace dynapipe::cli

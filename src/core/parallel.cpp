@@ -14,6 +14,14 @@ int resolve_thread_count(int threads) {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+int checked_thread_count(int threads, std::string_view name) {
+  if (threads < 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat(name, " must be >= 0 (0: one per hardware thread), got ", threads));
+  }
+  return threads;
+}
+
 std::vector<std::exception_ptr> run_indexed(std::size_t count, int threads,
                                             const std::function<void(std::size_t)>& task,
                                             const std::function<bool(std::size_t)>& skip) {

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "dynapipe/batching/megatron_packing.h"
+#include "dynapipe/core/parallel.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/cost/cost_model.h"
@@ -37,10 +38,7 @@ std::vector<std::string> strategies_of(const TuneOptions& options) {
 
 void TuneOptions::validate() const {
   if (gpus < 1) throw Error(ErrorKind::InvalidArgument, cat("--gpus must be >= 1, got ", gpus));
-  if (threads < 0) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat("--planner-threads must be >= 0 (0: one per hardware thread), got ", threads));
-  }
+  checked_thread_count(threads, "--planner-threads");
   if (iterations < 1) throw Error(ErrorKind::InvalidArgument, cat("--iterations must be >= 1, got ", iterations));
   if (max_micro_batch_size < 1) {
     throw Error(ErrorKind::InvalidArgument, cat("max micro-batch size must be >= 1, got ", max_micro_batch_size));

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "dynapipe/core/error.h"
+
 namespace dynapipe {
 namespace {
 
@@ -86,6 +88,14 @@ TEST(ParallelTest, NoTasksAndZeroThreads) {
   EXPECT_TRUE(run_indexed(0, 4, [](std::size_t) { FAIL(); }).empty());
   EXPECT_GE(resolve_thread_count(0), 1);
   EXPECT_EQ(resolve_thread_count(5), 5);
+  EXPECT_EQ(checked_thread_count(0, "--threads"), 0);
+  try {
+    checked_thread_count(-2, "--threads");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_STREQ(e.what(), "--threads must be >= 0 (0: one per hardware thread), got -2");
+  }
   std::atomic<int> calls{0};
   run_indexed(7, 0, [&](std::size_t) { ++calls; });  // 0: one per hardware thread
   EXPECT_EQ(calls.load(), 7);

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <string_view>
 #include <vector>
 
 namespace dynapipe {
@@ -21,6 +22,10 @@ namespace dynapipe {
 // `threads` as a thread count: 0 means one per hardware thread (at least 1).
 // REQUIRES: threads >= 0.
 int resolve_thread_count(int threads);
+
+// A thread count given as `name` (e.g. a flag), checked: throws InvalidArgument
+// "<name> must be >= 0 (0: one per hardware thread), got <threads>" unless threads >= 0.
+int checked_thread_count(int threads, std::string_view name);
 
 // Runs task(i) for every i in [0, count) on min(resolve_thread_count(threads), count)
 // threads (one: the caller's thread, no thread is started). An exception a task throws is
