@@ -9,11 +9,13 @@
 #
 #   bench/issue8_points.sh                        # the bundled data, 3 iterations
 #   SHUFFLE=1 ITERATIONS=6 bench/issue8_points.sh # the same samples in another order
+#   POINTS="gpt-6.7b 4 80 assets/profiles/gpt-6.7b.h100.measured.json" bench/issue8_points.sh
 #
 # Environment: DYNAPIPE (build/dynapipe), DATA (the bundled dataset), ITERATIONS (3),
 # SHUFFLE (a seed: shuffle DATA's lines first, so the global batches hold other samples;
 # unset: as they are), SEQLENS (1024 2048 4096 8192), PLANNER_THREADS (0: one per hardware
-# thread; the figures are the same for any count).
+# thread; the figures are the same for any count), POINTS (other points, ';'-separated, each
+# "MODEL PP GIB COST_MODEL"; the default is the issue's four on analytic A100s).
 set -euo pipefail
 
 DYNAPIPE=${DYNAPIPE:-build/dynapipe}
@@ -22,6 +24,8 @@ ITERATIONS=${ITERATIONS:-3}
 SEQLENS=${SEQLENS:-"1024 2048 4096 8192"}
 PLANNER_THREADS=${PLANNER_THREADS:-0}
 STRATEGIES=(dynapipe packing packing-varlen token-based dynapipe-padded)
+DEFAULT_POINTS="gpt-6.7b 4 40 analytic:a100-40g;gpt-6.7b 8 40 analytic:a100-40g;t5-11b 8 40 analytic:a100-40g;t5-11b 4 80 analytic:a100-80g"
+IFS=';' read -r -a POINT_LIST <<< "${POINTS:-$DEFAULT_POINTS}"
 
 SOURCE=$DATA
 if [ -n "${SHUFFLE:-}" ]; then
@@ -44,14 +48,13 @@ echo "# $DYNAPIPE simulate --samples $SOURCE --iterations $ITERATIONS --schedule
 echo "# point: ${STRATEGIES[*]} | fastest other ÷ dynapipe"
 fastest=0 feasible=0
 for seqlen in $SEQLENS; do
-  for point in "gpt-6.7b 4 40 a100-40g" "gpt-6.7b 8 40 a100-40g" "t5-11b 8 40 a100-40g" \
-               "t5-11b 4 80 a100-80g"; do
-    read -r model pp gib gpu <<< "$point"
+  for point in "${POINT_LIST[@]}"; do
+    read -r model pp gib cost <<< "$point"
     flags=(--model "$model")
     [ "$model" = t5-11b ] && flags+=(--max-target-len 512)
     table=$("$DYNAPIPE" simulate --samples "$DATA" --iterations "$ITERATIONS" \
               --strategies "$(IFS=,; echo "${STRATEGIES[*]}")" --schedules auto "${flags[@]}" \
-              --pp "$pp" --memory-limit "$gib" --cost-model "analytic:$gpu" --max-seqlen "$seqlen" \
+              --pp "$pp" --memory-limit "$gib" --cost-model "$cost" --max-seqlen "$seqlen" \
               --planner-threads "$PLANNER_THREADS" 2> /dev/null)
     line=$(awk -F'|' -v order="${STRATEGIES[*]}" '
       $3 ~ /auto/ { gsub(/ /, "", $2); gsub(/ /, "", $4); ms[$2] = $4 }
@@ -66,7 +69,7 @@ for seqlen in $SEQLENS; do
         if (mine == "" || mine == "-" || best == "") { print out "| infeasible"; exit }
         printf "%s| %s %.3fx%s\n", out, best_name, best / mine, best + 0 < mine + 0 ? " (dynapipe slower)" : ""
       }' <<< "$table")
-    echo "$model pp$pp ${gib}G $seqlen: $line"
+    echo "$model pp$pp ${gib}G $seqlen${POINTS:+ $(basename "$cost")}: $line"
     case "$line" in
       *infeasible*) ;;
       *"dynapipe slower"*) feasible=$((feasible + 1)) ;;

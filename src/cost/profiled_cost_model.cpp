@@ -301,17 +301,31 @@ class ProfiledCostModel final : public CostModel {
     if (sd > 0) d.dec *= f;
   }
 
-  // A layer's values at a density below 1 (packed rows, block-diagonal attention). The
-  // profile is measured dense; c(s) = linear(s) + quadratic(s), and halving every length
-  // halves the linear part and quarters the quadratic one, so the quadratic (attention)
-  // part is 2 (c(s) - 2 c(s/2)); the sparse cost removes (1 - density) of it.
+  // A layer's values at a density below 1 (packed rows, block-diagonal attention); the
+  // profile is measured dense.
+  //
+  // Times: the same tokens n = b·s and the same Σ L² = b·s²·ρ in dense rows of the
+  // mean-square length ρ·s, i.e. b/ρ rows (the fold above, all the way to density 1). A
+  // layer's work depends on exactly those two (matmuls on n rows, attention on Σ L²), so
+  // any two cuts of the same samples into rows cost the same, and the table is read at a
+  // shape it measured (or extrapolates along its batch axis) instead of being split into
+  // parts. On a measured H100 (bench/gpu_profile.py, RESULTS) packed rows of 2-16 equal
+  // samples ran within ~5% of it.
+  //
+  // Memory: c(b, s) = linear(b·s) + quadratic(b·s²), and c(2b, s/2) keeps the tokens and
+  // halves the quadratic part, so (1 - ρ) of 2 (c(b, s) - c(2b, s/2)) is removed. (Folded,
+  // the many short rows would often lie past the batches the profiler measured at that
+  // length, which the format reads as out of memory.)
   static Values layer_values(const Table& table, double b, double s, double d, double density) {
     Values full = table.at(b, s, d);
     if (density >= 1 || is_infeasible(full)) return full;
-    const Values half = table.at(b, s / 2, d / 2);
-    for (int q = 0; q < kNumQuantities; ++q) {
-      const double quadratic = std::clamp(2 * (full[q] - 2 * half[q]), 0.0, full[q]);
-      full[q] -= (1 - std::max(0.0, density)) * quadratic;
+    const double rho = std::max(density, 1e-9);
+    const Values dense = table.at(b / rho, s * rho, d * rho);
+    for (int q : {kFwd, kBwd, kBwdInput, kBwdWeight}) full[q] = std::max(0.0, dense[q]);
+    const Values half = table.at(2 * b, s / 2, d / 2);
+    for (int q : {kStored, kPeak}) {
+      const double quadratic = std::clamp(2 * (full[q] - half[q]), 0.0, full[q]);
+      full[q] -= (1 - rho) * quadratic;
     }
     return full;
   }

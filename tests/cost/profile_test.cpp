@@ -286,6 +286,15 @@ TEST(ProfileTest, SparseAttentionRemovesTheQuadraticPart) {
   auto quadratic = make_profiled_cost_model(hand_profile(points), {.num_stages = 4, .seqlen_multiple = 1});
   EXPECT_NEAR(quadratic->stage_cost(1, {.batch = 1, .seqlen = 200}, {.enc = 0.5}, Recompute::None).fwd_ms,
               200 + 200, 1e-9);
+  // A fixed cost per micro-batch (launches, a small shape's low efficiency) is not
+  // attention: c = 50 + b (s + s^2 / 100) at half density is 50 + 200 + 200. Halving the
+  // length alone would count the 50 against attention and remove only 195 of 400.
+  for (auto& [b, s, ms] : points) ms += 50;
+  auto with_fixed = make_profiled_cost_model(hand_profile(points), {.num_stages = 4, .seqlen_multiple = 1});
+  EXPECT_NEAR(with_fixed->stage_cost(1, {.batch = 1, .seqlen = 200}, {.enc = 0.5}, Recompute::None).fwd_ms,
+              50 + 200 + 200, 1e-9);
+  EXPECT_NEAR(with_fixed->stage_cost(1, {.batch = 1, .seqlen = 200}, {.enc = 0.25}, Recompute::None).fwd_ms,
+              50 + 200 + 100, 1e-9);
   // From the analytic source: lower, as in the analytic model.
   auto profiled = make_profiled_cost_model(analytic_profile("t5-tiny", kGrid), {.num_stages = 2});
   const MicroBatchShape shape{.batch = 4, .seqlen = 512, .dec_seqlen = 128};
@@ -293,6 +302,41 @@ TEST(ProfileTest, SparseAttentionRemovesTheQuadraticPart) {
             profiled->stage_cost(0, shape, {}, Recompute::None).fwd_ms);
   EXPECT_LT(profiled->stage_cost(1, shape, {.enc = 1, .dec = 0.5}, Recompute::None).fwd_ms,
             profiled->stage_cost(1, shape, {}, Recompute::None).fwd_ms);
+}
+
+// Packed rows on a measured H100 (assets/profiles/gpt-6.7b.h100.measured.json, one
+// GPT-6.7B layer, bf16, flash attention; bench/gpu_profile.py --varlen-check, the same run):
+// b rows of s tokens, each holding k samples of s / k tokens under varlen flash attention.
+TEST(ProfileTest, PackedRowsCostAsMeasuredOnAnH100) {
+  const Profile h100 = load_profile(asset("gpt-6.7b.h100.measured.json"));
+  const ModelSpec& model = h100.model;
+  auto m = make_profiled_cost_model(h100, {.num_stages = model.total_layers()}, "h100");
+  auto layer = [&](std::int64_t b, std::int64_t s, double density) {
+    return m->stage_cost(1, {.batch = b, .seqlen = s}, {.enc = density}, Recompute::None);
+  };
+  struct Measured {
+    std::int64_t batch, seqlen, samples_per_row;
+    double fwd_ms, bwd_ms;
+  };
+  const Measured measured[] = {
+      {8, 2048, 2, 10.915, 23.061}, {8, 2048, 4, 10.896, 23.029}, {8, 2048, 8, 11.668, 23.988},
+      {8, 2048, 16, 10.521, 22.180}, {2, 8192, 2, 13.097, 29.221}, {2, 8192, 4, 11.331, 24.564},
+      {2, 8192, 8, 10.992, 23.319},  {2, 8192, 16, 11.544, 24.060},
+  };
+  for (const Measured& row : measured) {
+    const StageCost c = layer(row.batch, row.seqlen, 1.0 / static_cast<double>(row.samples_per_row));
+    EXPECT_NEAR(c.fwd_ms / row.fwd_ms, 1.0, 0.08) << row.batch << "x" << row.seqlen << " k=" << row.samples_per_row;
+    EXPECT_NEAR(c.bwd_ms / row.bwd_ms, 1.0, 0.08) << row.batch << "x" << row.seqlen << " k=" << row.samples_per_row;
+  }
+  // The same tokens and the same sum of squared lengths cost the same however they are cut
+  // into rows: one row of 8192 holding four samples of 2048 = four dense rows of 2048.
+  EXPECT_DOUBLE_EQ(layer(1, 8192, 0.25).fwd_ms, layer(4, 2048, 1.0).fwd_ms);
+  EXPECT_DOUBLE_EQ(layer(2, 4096, 0.5).bwd_ms, layer(4, 2048, 1.0).bwd_ms);
+  // Below 4,096 tokens the fixed part of a micro-batch dominates; attention still shrinks.
+  EXPECT_LT(layer(1, 2048, 0.25).fwd_ms, layer(1, 2048, 1.0).fwd_ms);
+  // Memory: flash attention keeps no scores, so a sparse row keeps what a dense one does.
+  EXPECT_NEAR(static_cast<double>(layer(2, 8192, 0.125).stored_bytes),
+              static_cast<double>(layer(2, 8192, 1.0).stored_bytes), 0.01 * static_cast<double>(layer(2, 8192, 1.0).stored_bytes));
 }
 
 TEST(ProfileTest, MalformedProfilesNameTheJsonPath) {

@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""Measure a GPT model's per-layer costs with PyTorch on a GPU and write them as a
+dynapipe profile (docs/profile-format.md), so that `dynapipe plan/simulate --cost-model
+PROFILE.json` plans with real kernel times on hardware the C++ runtime does not run on.
+
+`dynapipe profile` measures the LibTorch runtime's own layers (CPU here). This script
+measures the same pieces as plain PyTorch modules, in bf16 on CUDA with PyTorch's fused
+attention (flash; cuDNN's is switched off, it builds a graph per new shape), or in fp32 on
+the CPU (a smoke test of the script: CPU memory is not measured, peak_bytes is 0 there):
+
+  embedding   token + position lookup            ids [b, s] -> [b, s, h]
+  layer       pre-LN GPT layer, causal attention [b, s, h] -> [b, s, h]   (none, selective, full)
+  head        final LN + tied LM head + fp32 cross-entropy                [b, s, h] -> loss
+
+Times are medians of --repeats forward and backward passes after --warmup (CUDA events on
+a GPU); stored = bytes still allocated when forward returns (the output included), peak =
+the most allocated during forward + backward minus stored, as `dynapipe profile` counts.
+Batches double from 1 along each seqlen while b * s <= --max-tokens; a shape that runs out
+of memory ends its row (the profile format reads the missing tail as out of memory).
+
+--varlen-check FILE also times one layer (recompute none) on packed rows: each row of s
+tokens holds k samples of s / k tokens with block-diagonal causal attention (varlen flash
+attention on CUDA), next to the same shape dense, to check the planner's rule that
+attention on such a row costs the density 1 / k of the dense row's quadratic part.
+
+  python3 bench/gpu_profile.py --model gpt-6.7b.json --out h100.gpt-6.7b.json \
+      --device-name h100-80g --max-tokens 131072 --varlen-check h100.varlen.json
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+MODEL_FIELDS = ("name", "kind", "hidden", "heads", "kv_channels", "ffn_hidden", "layers",
+                "dec_layers", "vocab", "max_positions")
+
+
+def fail(message):
+    print(f"gpu_profile: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load_model(path):
+    try:
+        with open(path) as f:
+            spec = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"--model {path}: {e}")
+    missing = [k for k in MODEL_FIELDS if k not in spec]
+    if missing:
+        fail(f"--model {path}: missing {', '.join(missing)} (a model file, docs/models.md)")
+    if spec["kind"] != "gpt":
+        fail(f"--model {path}: kind must be \"gpt\" (T5 is not measured by this script), got {spec['kind']!r}")
+    if spec["hidden"] % spec["heads"] != 0 and not spec["kv_channels"]:
+        fail(f"--model {path}: hidden {spec['hidden']} is not a multiple of heads {spec['heads']}")
+    return spec
+
+
+# ---------------------------------------------------------------- attention
+
+def _varlen_kernel():
+    """PyTorch's varlen flash attention as f(q, k, v, cu, max_len) -> out, causal; None
+    where this PyTorch has none. q, k, v: [tokens, heads, head_dim]."""
+    try:
+        import inspect
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    params = inspect.signature(varlen_attn).parameters
+    if "is_causal" in params:
+        return lambda q, k, v, cu, n: varlen_attn(q, k, v, cu, cu, n, n, is_causal=True)
+    if "window_size" in params:  # causal = nothing to the right
+        return lambda q, k, v, cu, n: varlen_attn(q, k, v, cu, cu, n, n, window_size=(-1, 0))
+    return None
+
+
+def dense_causal(q, k, v):
+    """q, k, v: [b, heads, s, d]."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    s = q.shape[-2]
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    return scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+
+
+class Layer(torch.nn.Module):
+    """Pre-LN GPT layer as the runtime's (src/runtime/model/layers.cpp), dropout 0."""
+
+    def __init__(self, spec):
+        super().__init__()
+        h, heads = spec["hidden"], spec["heads"]
+        self.heads = heads
+        self.head_dim = spec["kv_channels"] or h // heads
+        width = heads * self.head_dim
+        self.ln1, self.ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
+        self.qkv, self.proj = torch.nn.Linear(h, 3 * width), torch.nn.Linear(width, h)
+        self.fc1, self.fc2 = torch.nn.Linear(h, spec["ffn_hidden"]), torch.nn.Linear(spec["ffn_hidden"], h)
+        self.recompute = "none"
+        self.samples_per_row = 1  # > 1: each row packs that many equal samples (varlen check)
+        self.varlen = _varlen_kernel()
+
+    def core(self, q, k, v):
+        """q, k, v: [b, s, heads, d] -> [b, s, heads * d]."""
+        b, s = q.shape[:2]
+        per = self.samples_per_row
+        if per == 1:
+            out = dense_causal(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+        elif q.is_cuda and self.varlen is not None:
+            n = s // per
+            cu = torch.arange(0, b * s + 1, n, dtype=torch.int32, device=q.device)
+            out = self.varlen(*(t.reshape(b * s, self.heads, self.head_dim) for t in (q, k, v)), cu, n)
+        else:  # the samples as rows of their own: the same block-diagonal attention
+            n = s // per
+            rows = [t.reshape(b * per, n, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v)]
+            out = dense_causal(*rows).transpose(1, 2)
+        return out.reshape(b, s, self.heads * self.head_dim)
+
+    def attention_block(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, self.head_dim).unbind(2)
+        if self.recompute == "selective":  # the attention core again in backward
+            att = torch.utils.checkpoint.checkpoint(self.core, q, k, v, use_reentrant=False)
+        else:
+            att = self.core(q, k, v)
+        return x + self.proj(att)
+
+    def body(self, x):
+        x = self.attention_block(x)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    def forward(self, x):
+        if self.recompute == "full":  # keep the input only, the whole layer again in backward
+            return torch.utils.checkpoint.checkpoint(self.body, x, use_reentrant=False)
+        return self.body(x)
+
+
+class Embedding(torch.nn.Module):
+    def __init__(self, spec):
+        super().__init__()
+        self.tok = torch.nn.Embedding(spec["vocab"], spec["hidden"])
+        self.pos = torch.nn.Embedding(spec["max_positions"], spec["hidden"])
+
+    def forward(self, ids):
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        return self.tok(ids) + self.pos(positions)
+
+
+class Head(torch.nn.Module):
+    """Final LN + LM head tied to the token table (its parameter bytes are the LN's) +
+    cross-entropy in fp32, as mixed-precision training computes it."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(spec["hidden"])
+        self.table = torch.nn.Parameter(torch.randn(spec["vocab"], spec["hidden"]) * 0.02)
+        self.labels = None
+
+    def forward(self, x):
+        logits = self.ln(x) @ self.table.t()
+        return F.cross_entropy(logits.float().flatten(0, 1), self.labels.flatten())
+
+
+# ---------------------------------------------------------------- measuring
+
+class Timer:
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def run(self, fn):
+        """fn() once; (result, milliseconds)."""
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            result = fn()
+            end.record()
+            end.synchronize()
+            return result, start.elapsed_time(end)
+        start = time.perf_counter()
+        result = fn()
+        return result, (time.perf_counter() - start) * 1000
+
+
+class Bench:
+    def __init__(self, args, spec, device, dtype):
+        self.args, self.spec, self.device, self.dtype = args, spec, device, dtype
+        self.timer = Timer(device)
+        self.cuda = device.type == "cuda"
+
+    def inputs(self, kind, b, s):
+        """Random input and output gradient, made on the device (the CPU would take
+        seconds for the largest shapes)."""
+        h, on = self.spec["hidden"], dict(device=self.device, dtype=self.dtype)
+        if kind == "embedding":
+            return torch.randint(0, self.spec["vocab"], (b, s), device=self.device), torch.randn(b, s, h, **on)
+        x = torch.randn(b, s, h, **on).requires_grad_()
+        return (x, None) if kind == "head" else (x, torch.randn(b, s, h, **on))
+
+    def point(self, module, kind, b, s):
+        """One shape: {fwd_ms, bwd_ms, stored_bytes, peak_bytes}."""
+        x, dy = self.inputs(kind, b, s)
+        if kind == "head":
+            module.labels = torch.randint(0, self.spec["vocab"], (b, s), device=self.device)
+        fwd, bwd = [], []
+        for i in range(self.args.warmup + self.args.repeats):
+            if x.requires_grad:
+                x.grad = None
+            out, f_ms = self.timer.run(lambda: module(x))
+            _, b_ms = self.timer.run(lambda: out.backward() if dy is None else out.backward(dy))
+            del out
+            if i >= self.args.warmup:
+                fwd.append(f_ms)
+                bwd.append(b_ms)
+        stored = peak = 0
+        if self.cuda:  # one more pass with the allocator watched; parameter grads exist
+            if x.requires_grad:
+                x.grad = None
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            out = module(x)
+            stored = torch.cuda.memory_allocated(self.device) - before
+            out.backward() if dy is None else out.backward(dy)
+            del out
+            torch.cuda.synchronize()
+            peak = max(0, torch.cuda.max_memory_allocated(self.device) - before - stored)
+        del x, dy
+        return {"batch": b, "seqlen": s, "fwd_ms": round(statistics.median(fwd), 4),
+                "bwd_ms": round(statistics.median(bwd), 4), "stored_bytes": int(stored),
+                "peak_bytes": int(peak)}
+
+    def table(self, module, kind, label):
+        points = []
+        for s in self.args.seqlens:
+            b = 1
+            while b * s <= self.args.max_tokens:
+                what = f"{label} b={b} s={s}"
+                try:
+                    points.append(self.point(module, kind, b, s))
+                except torch.cuda.OutOfMemoryError if self.cuda else MemoryError:
+                    print(f"  {what}: out of memory, the row ends here", flush=True)
+                    module.zero_grad(set_to_none=False)
+                    torch.cuda.empty_cache()
+                    break
+                p = points[-1]
+                if self.args.verbose:
+                    print(f"  {what}: fwd {p['fwd_ms']:.3f} ms, bwd {p['bwd_ms']:.3f} ms, "
+                          f"stored {p['stored_bytes'] / 2**20:.1f} MiB, peak {p['peak_bytes'] / 2**20:.1f} MiB",
+                          flush=True)
+                b *= 2
+        return points
+
+
+def build(cls, spec, device, dtype):
+    module = cls(spec).to(device=device, dtype=dtype)
+    return module
+
+
+def parameter_bytes(module, element):
+    return sum(p.numel() for p in module.parameters()) * element
+
+
+def measure(args, spec, device, dtype, element):
+    bench = Bench(args, spec, device, dtype)
+    layers = []
+    start = time.perf_counter()
+
+    embedding = build(Embedding, spec, device, dtype)
+    print("embedding", flush=True)
+    layers.append({"kind": "embedding", "parameter_bytes": parameter_bytes(embedding, element),
+                   "points": {"none": bench.table(embedding, "embedding", "embedding")}})
+    del embedding
+
+    layer = build(Layer, spec, device, dtype)
+    points = {}
+    for mode in ("none", "selective", "full"):
+        print(f"layer, recompute {mode}", flush=True)
+        layer.recompute = mode
+        points[mode] = bench.table(layer, "layer", f"layer {mode}")
+    layers.append({"kind": "layer", "parameter_bytes": parameter_bytes(layer, element), "points": points})
+
+    head = build(Head, spec, device, dtype)
+    print("head", flush=True)
+    head_points = bench.table(head, "head", "head")
+    ln_bytes = parameter_bytes(head.ln, element)  # the table is the token table's copy (tied)
+    layers.append({"kind": "head", "parameter_bytes": ln_bytes, "points": {"none": head_points}})
+    del head
+    print(f"measured in {time.perf_counter() - start:.1f} s", flush=True)
+    return layers, layer, bench
+
+
+def varlen_check(args, layer, bench):
+    """One layer (recompute none) on rows of s tokens packing k samples of s / k tokens."""
+    layer.recompute = "none"
+    rows = []
+    for s in args.varlen_seqlens:
+        b = max(1, args.varlen_tokens // s)
+        for per in args.varlen_samples:
+            if s % per:
+                continue
+            layer.samples_per_row = per
+            try:
+                p = bench.point(layer, "layer", b, s)
+            except Exception as e:  # noqa: BLE001 - a varlen kernel this PyTorch rejects
+                if layer.varlen is None or per == 1:
+                    raise
+                print(f"  varlen flash attention failed ({type(e).__name__}: {e}); samples as rows", flush=True)
+                layer.varlen = None
+                p = bench.point(layer, "layer", b, s)
+            p["samples_per_row"] = per
+            p["kernel"] = ("varlen flash" if bench.cuda and layer.varlen is not None else "rows") if per > 1 else "dense"
+            rows.append(p)
+            print(f"  varlen b={b} s={s} samples/row={per}: fwd {p['fwd_ms']:.3f} ms, "
+                  f"bwd {p['bwd_ms']:.3f} ms ({p['kernel']})", flush=True)
+    layer.samples_per_row = 1
+    return rows
+
+
+def int_list(text):
+    try:
+        values = [int(v) for v in text.split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return values
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="a GPT model file (docs/models.md)")
+    ap.add_argument("--out", required=True, help="the profile to write")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--device-name", default=None, help="the profile's device.name (default: the GPU's name)")
+    ap.add_argument("--seqlens", type=int_list, default=int_list("64,128,256,512,1024,2048,4096,8192"))
+    ap.add_argument("--max-tokens", type=int, default=131072, help="b * s at most per measured shape")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--link-gbs", type=float, default=450.0, help="device.link_bandwidth_gbs (not measured)")
+    ap.add_argument("--link-latency-ms", type=float, default=0.005)
+    ap.add_argument("--allreduce-gbs", type=float, default=360.0)
+    ap.add_argument("--varlen-check", help="also write the packed-row timings here")
+    ap.add_argument("--varlen-seqlens", type=int_list, default=int_list("2048,8192"))
+    ap.add_argument("--varlen-samples", type=int_list, default=int_list("1,2,4,8,16"))
+    ap.add_argument("--varlen-tokens", type=int, default=16384, help="tokens per packed micro-batch")
+    ap.add_argument("--verbose", action="store_true", help="a line per measured shape")
+    args = ap.parse_args()
+    if args.max_tokens < 1 or args.warmup < 0 or args.repeats < 1:
+        ap.error("--max-tokens and --repeats must be >= 1, --warmup >= 0")
+    if len(set(args.seqlens)) < 2:
+        ap.error(f"--seqlens needs >= 2 distinct lengths, got {args.seqlens}")
+    spec = load_model(args.model)
+    if max(args.seqlens) > spec["max_positions"]:
+        ap.error(f"--seqlens: {max(args.seqlens)} is over the model's max_positions {spec['max_positions']}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: this PyTorch sees no GPU (use --device cpu for a smoke test)")
+
+    device = torch.device(args.device)
+    dtype, element = (torch.bfloat16, 2) if device.type == "cuda" else (torch.float32, 4)
+    torch.manual_seed(0)
+    if device.type == "cuda":
+        if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+            torch.backends.cuda.enable_cudnn_sdp(False)
+        props = torch.cuda.get_device_properties(device)
+        name, memory = args.device_name or props.name, props.total_memory
+        print(f"{props.name}, {memory / 2**30:.1f} GiB, torch {torch.__version__}, bf16", flush=True)
+    else:
+        name, memory = args.device_name or "cpu", 0
+        print(f"cpu, torch {torch.__version__}, fp32 (memory not measured)", flush=True)
+
+    layers, layer, bench = measure(args, spec, device, dtype, element)
+    for entry in layers:
+        for mode, points in entry["points"].items():
+            if len({p["batch"] for p in points}) < 2 or len({p["seqlen"] for p in points}) < 2:
+                fail(f"{entry['kind']} {mode}: fewer than two batches or seqlens fit; "
+                     "raise --max-tokens or give longer --seqlens")
+    device_entry = {"name": name, "memory_bytes": int(memory) or 24 * 2**30,
+                    "link_bandwidth_gbs": args.link_gbs, "link_latency_ms": args.link_latency_ms,
+                    "allreduce_bandwidth_gbs": args.allreduce_gbs}
+    profile = {"format": "dynapipe-profile", "version": 1,
+               "model": {k: spec[k] for k in MODEL_FIELDS}, "device": device_entry,
+               "bytes_per_element": element, "layers": layers}
+    with open(args.out, "w") as f:
+        json.dump(profile, f, indent=1)
+    print(f"wrote {args.out}", flush=True)
+    if args.varlen_check:
+        rows = varlen_check(args, layer, bench)
+        with open(args.varlen_check, "w") as f:
+            json.dump({"device": name, "model": spec["name"], "rows": rows}, f, indent=1)
+        print(f"wrote {args.varlen_check}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

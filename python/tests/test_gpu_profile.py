@@ -1,0 +1,63 @@
+"""bench/gpu_profile.py (measures a GPT's layers with PyTorch, writes a dynapipe profile):
+on the CPU, a tiny grid, its profile is one the CLI plans with and its tables hold what
+the script measured; bad input is one line and exit 2."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+TINY = {"name": "gpt-tiny", "kind": "gpt", "hidden": 128, "heads": 4, "kv_channels": 0, "ffn_hidden": 512,
+        "layers": 4, "dec_layers": 0, "vocab": 320, "max_positions": 8192}
+
+
+def run_script(source_dir, *args):
+    return subprocess.run([sys.executable, str(source_dir / "bench/gpu_profile.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_cpu_profile_is_one_the_cli_plans_with(source_dir, cli, tmp_path):
+    model = tmp_path / "gpt-tiny.json"
+    model.write_text(json.dumps(TINY))
+    out, varlen = tmp_path / "p.json", tmp_path / "varlen.json"
+    r = run_script(source_dir, "--model", model, "--out", out, "--device", "cpu", "--seqlens", "16,32,64",
+                   "--max-tokens", "128", "--warmup", "0", "--repeats", "1", "--varlen-check", varlen,
+                   "--varlen-seqlens", "64", "--varlen-tokens", "128", "--varlen-samples", "1,4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    profile = json.loads(out.read_text())
+    assert profile["model"] == TINY and profile["bytes_per_element"] == 4
+    kinds = {layer["kind"]: layer for layer in profile["layers"]}
+    assert list(kinds) == ["embedding", "layer", "head"]
+    assert sorted(kinds["layer"]["points"]) == ["full", "none", "selective"]
+    # batches double along each length while b * s <= 128
+    shapes = [(p["batch"], p["seqlen"]) for p in kinds["layer"]["points"]["none"]]
+    assert shapes == [(1, 16), (2, 16), (4, 16), (8, 16), (1, 32), (2, 32), (4, 32), (1, 64), (2, 64)]
+    assert all(p["fwd_ms"] > 0 and p["bwd_ms"] > 0 for p in kinds["layer"]["points"]["full"])
+    assert kinds["embedding"]["parameter_bytes"] == (320 + 8192) * 128 * 4
+    assert kinds["head"]["parameter_bytes"] == 2 * 128 * 4  # the final LN; the LM head is tied
+    rows = json.loads(varlen.read_text())["rows"]
+    assert [(row["batch"], row["seqlen"], row["samples_per_row"], row["kernel"]) for row in rows] == \
+        [(2, 64, 1, "dense"), (2, 64, 4, "rows")]
+
+    plan = tmp_path / "plan.json"
+    r = cli("plan", "--samples", source_dir / "assets/tiny_text.jsonl", "--model", "gpt-tiny",
+            "--cost-model", out, "--max-seqlen", 64, "--global-batch-tokens", 512, "--out", plan, "--no-compare")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(plan.read_text())["config"]["cost_model"] == str(out)
+
+
+@pytest.mark.parametrize("model, args, message", [
+    ({**TINY, "kind": "t5"}, [], 'kind must be "gpt"'),
+    ({k: v for k, v in TINY.items() if k != "vocab"}, [], "missing vocab"),
+    (TINY, ["--seqlens", "64"], "--seqlens needs >= 2 distinct lengths"),
+    (TINY, ["--seqlens", "64,16384"], "16384 is over the model's max_positions 8192"),
+])
+def test_bad_input_is_one_line_and_exit_2(source_dir, tmp_path, model, args, message):
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(model))
+    r = run_script(source_dir, "--model", path, "--out", tmp_path / "p.json", "--device", "cpu", *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr
+    assert not (tmp_path / "p.json").exists()
