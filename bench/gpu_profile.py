@@ -19,16 +19,19 @@ Batches double from 1 along each seqlen while b * s <= --max-tokens; a shape tha
 of memory ends its row (the profile format reads the missing tail as out of memory).
 
 --varlen-check FILE also times one layer (recompute none) on packed rows: each row of s
-tokens holds k samples of s / k tokens with block-diagonal causal attention (varlen flash
-attention on CUDA), next to the same shape dense, to check the planner's rule that
-attention on such a row costs the density 1 / k of the dense row's quadratic part.
+tokens holds k samples of s / k tokens (--varlen-samples), or samples of mixed lengths
+(--varlen-mixed), with block-diagonal causal attention (varlen flash attention on CUDA),
+next to the same shape dense, to check how the planner costs such rows (the density
+rule, docs/profile-format.md).
 
   python3 bench/gpu_profile.py --model gpt-6.7b.json --out h100.gpt-6.7b.json \
       --device-name h100-80g --max-tokens 131072 --varlen-check h100.varlen.json
 """
 import argparse
+import itertools
 import json
 import math
+import random
 import statistics
 import sys
 import time
@@ -103,23 +106,27 @@ class Layer(torch.nn.Module):
         self.qkv, self.proj = torch.nn.Linear(h, 3 * width), torch.nn.Linear(width, h)
         self.fc1, self.fc2 = torch.nn.Linear(h, spec["ffn_hidden"]), torch.nn.Linear(spec["ffn_hidden"], h)
         self.recompute = "none"
-        self.samples_per_row = 1  # > 1: each row packs that many equal samples (varlen check)
+        self.sample_lengths = None  # the varlen check: lengths packed back to back in the rows
         self.varlen = _varlen_kernel()
 
     def core(self, q, k, v):
         """q, k, v: [b, s, heads, d] -> [b, s, heads * d]."""
         b, s = q.shape[:2]
-        per = self.samples_per_row
-        if per == 1:
+        lengths = self.sample_lengths
+        if lengths is None:
             out = dense_causal(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
-        elif q.is_cuda and self.varlen is not None:
-            n = s // per
-            cu = torch.arange(0, b * s + 1, n, dtype=torch.int32, device=q.device)
-            out = self.varlen(*(t.reshape(b * s, self.heads, self.head_dim) for t in (q, k, v)), cu, n)
-        else:  # the samples as rows of their own: the same block-diagonal attention
-            n = s // per
-            rows = [t.reshape(b * per, n, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v)]
-            out = dense_causal(*rows).transpose(1, 2)
+            return out.reshape(b, s, self.heads * self.head_dim)
+        flat = [t.reshape(b * s, self.heads, self.head_dim) for t in (q, k, v)]
+        if q.is_cuda and self.varlen is not None:
+            cu = torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device=q.device)
+            out = self.varlen(*flat, cu, max(lengths))
+        else:  # each sample on its own: the same block-diagonal attention
+            parts, start = [], 0
+            for n in lengths:
+                rows = [t[start:start + n].transpose(0, 1).unsqueeze(0) for t in flat]
+                parts.append(dense_causal(*rows)[0].transpose(0, 1))
+                start += n
+            out = torch.cat(parts)
         return out.reshape(b, s, self.heads * self.head_dim)
 
     def attention_block(self, x):
@@ -295,31 +302,55 @@ def measure(args, spec, device, dtype, element):
     return layers, layer, bench
 
 
+def packed_rows(s, rows, per, rng):
+    """Sample lengths filling `rows` rows of s tokens: `per` equal samples each, or (per 0)
+    lengths drawn log-normally around s / 16, the last one of a row taking what is left."""
+    lengths = []
+    for _ in range(rows):
+        if per:
+            lengths += [s // per] * per
+            continue
+        left = s
+        while left > 0:
+            n = min(left, max(8, int(rng.lognormvariate(math.log(s / 16), 1.0))))
+            lengths.append(n)
+            left -= n
+    return lengths
+
+
 def varlen_check(args, layer, bench):
-    """One layer (recompute none) on rows of s tokens packing k samples of s / k tokens."""
+    """One layer (recompute none) on rows of s tokens packing samples back to back: k equal
+    samples per row (--varlen-samples), then --varlen-mixed rows of mixed lengths."""
     layer.recompute = "none"
-    rows = []
+    repeats, args.repeats = args.repeats, args.varlen_repeats
+    rng = random.Random(0)
+    results = []
     for s in args.varlen_seqlens:
         b = max(1, args.varlen_tokens // s)
-        for per in args.varlen_samples:
-            if s % per:
-                continue
-            layer.samples_per_row = per
+        cases = [per for per in args.varlen_samples if s % per == 0] + [0] * args.varlen_mixed
+        for per in cases:
+            lengths = packed_rows(s, b, per, rng) if per != 1 else None
+            layer.sample_lengths = lengths
             try:
                 p = bench.point(layer, "layer", b, s)
             except Exception as e:  # noqa: BLE001 - a varlen kernel this PyTorch rejects
-                if layer.varlen is None or per == 1:
+                if layer.varlen is None or lengths is None:
                     raise
-                print(f"  varlen flash attention failed ({type(e).__name__}: {e}); samples as rows", flush=True)
+                print(f"  varlen flash attention failed ({type(e).__name__}: {e}); samples one by one", flush=True)
                 layer.varlen = None
                 p = bench.point(layer, "layer", b, s)
-            p["samples_per_row"] = per
-            p["kernel"] = ("varlen flash" if bench.cuda and layer.varlen is not None else "rows") if per > 1 else "dense"
-            rows.append(p)
-            print(f"  varlen b={b} s={s} samples/row={per}: fwd {p['fwd_ms']:.3f} ms, "
-                  f"bwd {p['bwd_ms']:.3f} ms ({p['kernel']})", flush=True)
-    layer.samples_per_row = 1
-    return rows
+            lengths = lengths or [s] * b
+            p["samples"] = len(lengths)
+            p["density"] = round(sum(n * n for n in lengths) / (b * s * s), 6)
+            p["lengths"] = lengths
+            p["kernel"] = "dense" if layer.sample_lengths is None else (
+                "varlen flash" if bench.cuda and layer.varlen is not None else "per sample")
+            results.append(p)
+            print(f"  varlen b={b} s={s} samples={p['samples']} density={p['density']:.4f}: "
+                  f"fwd {p['fwd_ms']:.3f} ms, bwd {p['bwd_ms']:.3f} ms ({p['kernel']})", flush=True)
+    layer.sample_lengths = None
+    args.repeats = repeats
+    return results
 
 
 def int_list(text):
@@ -349,6 +380,8 @@ def main():
     ap.add_argument("--varlen-seqlens", type=int_list, default=int_list("2048,8192"))
     ap.add_argument("--varlen-samples", type=int_list, default=int_list("1,2,4,8,16"))
     ap.add_argument("--varlen-tokens", type=int, default=16384, help="tokens per packed micro-batch")
+    ap.add_argument("--varlen-mixed", type=int, default=0, help="also this many micro-batches of mixed lengths per seqlen")
+    ap.add_argument("--varlen-repeats", type=int, default=5, help="timed passes per packed shape")
     ap.add_argument("--verbose", action="store_true", help="a line per measured shape")
     args = ap.parse_args()
     if args.max_tokens < 1 or args.warmup < 0 or args.repeats < 1:

@@ -24,7 +24,8 @@ def test_cpu_profile_is_one_the_cli_plans_with(source_dir, cli, tmp_path):
     out, varlen = tmp_path / "p.json", tmp_path / "varlen.json"
     r = run_script(source_dir, "--model", model, "--out", out, "--device", "cpu", "--seqlens", "16,32,64",
                    "--max-tokens", "128", "--warmup", "0", "--repeats", "1", "--varlen-check", varlen,
-                   "--varlen-seqlens", "64", "--varlen-tokens", "128", "--varlen-samples", "1,4")
+                   "--varlen-seqlens", "64", "--varlen-tokens", "128", "--varlen-samples", "1,4",
+                   "--varlen-mixed", "1")
     assert r.returncode == 0, r.stdout + r.stderr
     profile = json.loads(out.read_text())
     assert profile["model"] == TINY and profile["bytes_per_element"] == 4
@@ -38,8 +39,11 @@ def test_cpu_profile_is_one_the_cli_plans_with(source_dir, cli, tmp_path):
     assert kinds["embedding"]["parameter_bytes"] == (320 + 8192) * 128 * 4
     assert kinds["head"]["parameter_bytes"] == 2 * 128 * 4  # the final LN; the LM head is tied
     rows = json.loads(varlen.read_text())["rows"]
-    assert [(row["batch"], row["seqlen"], row["samples_per_row"], row["kernel"]) for row in rows] == \
-        [(2, 64, 1, "dense"), (2, 64, 4, "rows")]
+    assert [(row["batch"], row["seqlen"], row["samples"], row["density"], row["kernel"]) for row in rows[:2]] == \
+        [(2, 64, 2, 1.0, "dense"), (2, 64, 8, 0.25, "per sample")]
+    mixed = rows[2]  # two rows of 64 tokens, each filled with samples of mixed lengths
+    assert sum(mixed["lengths"]) == 128 and mixed["kernel"] == "per sample"
+    assert mixed["density"] == pytest.approx(sum(n * n for n in mixed["lengths"]) / (2 * 64 * 64), abs=1e-6)
 
     plan = tmp_path / "plan.json"
     r = cli("plan", "--samples", source_dir / "assets/tiny_text.jsonl", "--model", "gpt-tiny",
