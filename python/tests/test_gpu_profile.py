@@ -52,8 +52,37 @@ def test_cpu_profile_is_one_the_cli_plans_with(source_dir, cli, tmp_path):
     assert json.loads(plan.read_text())["config"]["cost_model"] == str(out)
 
 
+def test_t5_profile_has_encoder_decoder_tables_the_cli_plans_with(source_dir, cli, tmp_path):
+    t5 = {**TINY, "name": "t5-tiny", "kind": "t5", "layers": 2, "dec_layers": 2}
+    model, out, varlen = tmp_path / "t5-tiny.json", tmp_path / "t5.json", tmp_path / "varlen.json"
+    model.write_text(json.dumps(t5))
+    r = run_script(source_dir, "--model", model, "--out", out, "--device", "cpu", "--seqlens", "16,32",
+                   "--dec-seqlens", "8,16", "--max-tokens", "96", "--warmup", "0", "--repeats", "1",
+                   "--varlen-check", varlen, "--varlen-seqlens", "64", "--varlen-tokens", "64",
+                   "--varlen-samples", "1,4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    kinds = {layer["kind"]: layer for layer in json.loads(out.read_text())["layers"]}
+    assert list(kinds) == ["embedding", "encoder", "decoder", "head"]
+    decoder = [(p["batch"], p["seqlen"], p["dec_seqlen"]) for p in kinds["decoder"]["points"]["none"]]
+    assert decoder == [(1, 16, 8), (2, 16, 8), (4, 16, 8), (1, 16, 16), (2, 16, 16), (1, 32, 8), (2, 32, 8),
+                       (1, 32, 16), (2, 32, 16)]  # b * (s + d) <= 96
+    assert [p["seqlen"] for p in kinds["head"]["points"]["none"]] == [8, 8, 8, 8, 16, 16, 16]  # decoder lengths
+    assert sorted({p["seqlen"] for p in kinds["embedding"]["points"]["none"]}) == [8, 16, 32]
+    rows = json.loads(varlen.read_text())["rows"]
+    # encoder and decoder, dense then four samples per row sharing the row's 8 decoder tokens
+    assert [(row["layer"], row["samples"], row["density"], row.get("dec_seqlen")) for row in rows] == [
+        ("encoder", 1, 1.0, None), ("decoder", 1, 1.0, 8), ("encoder", 4, 0.25, None), ("decoder", 4, 0.25, 8)]
+    assert rows[3]["dec_lengths"] == [2, 2, 2, 2] and rows[3]["kernel"] == "per sample"
+    r = cli("plan", "--samples", source_dir / "assets/tiny_text.jsonl", "--model", "t5-tiny", "--cost-model", out,
+            "--max-seqlen", 32, "--max-target-len", 16, "--global-batch-tokens", 256, "--out", tmp_path / "plan.json",
+            "--no-compare")
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.mark.parametrize("model, args, message", [
-    ({**TINY, "kind": "t5"}, [], 'kind must be "gpt"'),
+    ({**TINY, "kind": "bert"}, [], 'kind must be "gpt" or "t5"'),
+    ({**TINY, "kind": "t5", "dec_layers": 0}, [], "a T5 model needs dec_layers >= 1"),
+    ({**TINY, "kind": "t5", "dec_layers": 2}, ["--dec-seqlens", "16"], "--dec-seqlens needs >= 2 distinct lengths"),
     ({k: v for k, v in TINY.items() if k != "vocab"}, [], "missing vocab"),
     (TINY, ["--seqlens", "64"], "--seqlens needs >= 2 distinct lengths"),
     (TINY, ["--seqlens", "64,16384"], "16384 is over the model's max_positions 8192"),
