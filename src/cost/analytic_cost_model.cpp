@@ -38,6 +38,10 @@ double matmul_ms(const LayerCoefficients& c, double flops, double rows) {
   return flops * (rows + c.half_rows) / rows * c.matmul_ms_per_flop;
 }
 
+// Attention backward over forward, in matmul work: dV and dP, dQ and dK (2x); fused
+// attention also recomputes QK^T, which it never stored (2.5x).
+double attention_backward_factor(const LayerCoefficients& c) { return c.flash_attention ? 2.5 : 2.0; }
+
 }  // namespace
 
 // One GPT layer or T5 encoder layer over b rows of s tokens.
@@ -48,19 +52,20 @@ LayerTerms encoder_layer_terms(const LayerCoefficients& c, double b, double s, d
   if (n <= 0) return terms;
   const double e = c.e, h = c.h, k = c.k, f = c.f;
   const double scores = b * c.a * s * s * density;  // attention score elements
+  const double kept_scores = c.flash_attention ? 0 : scores;  // those written to memory
 
   const double dense_flops = 2 * n * (4 * h * k + 2 * h * f);  // QKV, proj, fc1, fc2
   const double attention_flops = 4 * b * s * s * k * density;  // QK^T and AV
   const double dense_ms = matmul_ms(c, dense_flops, n);
   const double attention_ms = matmul_ms(c, attention_flops, n) * c.attention_slowdown;
   // LN x2, dropout+residual x2 (with 1-byte masks), GELU; softmax + dropout over scores.
-  const double elementwise_bytes = n * h * (10 * e + 2) + 2 * e * n * f + (4 * e + 1) * scores;
-  const double attention_core_bytes = (4 * e + 1) * scores;
+  const double elementwise_bytes = n * h * (10 * e + 2) + 2 * e * n * f + (4 * e + 1) * kept_scores;
+  const double attention_core_bytes = (4 * e + 1) * kept_scores;
   const double elementwise_ms = elementwise_bytes * c.ms_per_byte;
 
   cost.fwd_ms = dense_ms + attention_ms + elementwise_ms + kLayerFwdOps * c.op_ms;
   cost.bwd_weight_ms = dense_ms / c.backward_speedup + kLayerBwdWeightOps * c.op_ms;
-  cost.bwd_input_ms = (dense_ms + 2 * attention_ms) / c.backward_speedup +
+  cost.bwd_input_ms = (dense_ms + attention_backward_factor(c) * attention_ms) / c.backward_speedup +
                       kMemoryBoundBackwardFactor * elementwise_ms + kLayerBwdInputOps * c.op_ms;
 
   // Korthikanti et al. with element size e (their formula is e = 2, k = h, f = 4h):
@@ -72,13 +77,13 @@ LayerTerms encoder_layer_terms(const LayerCoefficients& c, double b, double s, d
   // released what it kept (GELU input and output, LN and fc1 inputs).
   const bool lt = c.libtorch_memory;
   const double per_score = lt ? e : 2 * e + 1;
-  const double stored_none = n * h * (4 * e + (lt ? 0 : 2)) + 4 * e * n * k + 2 * e * n * f + per_score * scores +
+  const double stored_none = n * h * (4 * e + (lt ? 0 : 2)) + 4 * e * n * k + 2 * e * n * f + per_score * kept_scores +
                              (lt ? 16 * n : 0);
-  const double working = lt ? std::max(2 * e * scores - 2 * e * n * (f + h), 2 * e * n * f)
-                            : std::max(2 * e * scores, 2 * e * n * f) + 4 * e * n * h;
+  const double working = lt ? std::max(2 * e * kept_scores - 2 * e * n * (f + h), 2 * e * n * f)
+                            : std::max(2 * e * kept_scores, 2 * e * n * f) + 4 * e * n * h;
   terms.stored_none = stored_none;
   terms.working = working;
-  terms.score_bytes = per_score * scores;
+  terms.score_bytes = per_score * kept_scores;
   terms.selective_bwd_ms = attention_ms + attention_core_bytes * c.ms_per_byte + kAttentionCoreOps * c.op_ms;
   terms.full_stored = e * n * h;
   return terms;
@@ -95,19 +100,20 @@ LayerTerms decoder_layer_terms(const LayerCoefficients& c, double b, double se, 
   const double self_scores = b * c.a * sd * sd * self_density;
   const double cross_scores = b * c.a * sd * se * cross_density;
   const double scores = self_scores + cross_scores;
+  const double keep = c.flash_attention ? 0 : 1;  // whether scores are written to memory
 
   // Self QKV + proj (4hk), cross Q + proj (2hk), MLP (2hf) over decoder tokens; cross K, V
   // (2hk) over encoder tokens.
   const double dense_ms = matmul_ms(c, 2 * nd * (6 * h * k + 2 * h * f), nd) + matmul_ms(c, 2 * ne * 2 * h * k, ne);
   const double attention_ms =
       matmul_ms(c, 4 * b * k * (sd * sd * self_density + sd * se * cross_density), nd) * c.attention_slowdown;
-  const double elementwise_bytes = nd * h * (15 * e + 3) + 2 * e * nd * f + (4 * e + 1) * scores;
+  const double elementwise_bytes = nd * h * (15 * e + 3) + 2 * e * nd * f + (4 * e + 1) * keep * scores;
   const double elementwise_ms = elementwise_bytes * c.ms_per_byte;
   const double ops = kLayerFwdOps + kCrossAttentionExtraOps;
 
   cost.fwd_ms = dense_ms + attention_ms + elementwise_ms + ops * c.op_ms;
   cost.bwd_weight_ms = dense_ms / c.backward_speedup + (kLayerBwdWeightOps + 3) * c.op_ms;
-  cost.bwd_input_ms = (dense_ms + 2 * attention_ms) / c.backward_speedup +
+  cost.bwd_input_ms = (dense_ms + attention_backward_factor(c) * attention_ms) / c.backward_speedup +
                       kMemoryBoundBackwardFactor * elementwise_ms +
                       (kLayerBwdInputOps + 2 * kCrossAttentionExtraOps - 3) * c.op_ms;
 
@@ -119,16 +125,18 @@ LayerTerms decoder_layer_terms(const LayerCoefficients& c, double b, double se, 
   const bool lt = c.libtorch_memory;
   const double per_score = lt ? e : 2 * e + 1;
   const double stored_none = nd * h * (6 * e + (lt ? 0 : 3)) + 6 * e * nd * k + 2 * e * ne * k + 2 * e * nd * f +
-                             per_score * scores + (lt ? 24 * nd : 0);
+                             per_score * keep * scores + (lt ? 24 * nd : 0);
   const double mlp_released = 2 * e * nd * (f + h);
   const double working =
-      lt ? std::max({2 * e * self_scores - mlp_released, 2 * e * cross_scores + 2 * e * ne * k - mlp_released,
-                     2 * e * nd * f})
-         : std::max({2 * e * self_scores, 2 * e * cross_scores, 2 * e * nd * f}) + 4 * e * nd * h + 2 * e * ne * h;
+      lt ? std::max({2 * e * keep * self_scores - mlp_released,
+                     2 * e * keep * cross_scores + 2 * e * ne * k - mlp_released, 2 * e * nd * f})
+         : std::max({2 * e * keep * self_scores, 2 * e * keep * cross_scores, 2 * e * nd * f}) + 4 * e * nd * h +
+               2 * e * ne * h;
   terms.stored_none = stored_none;
   terms.working = working;
-  terms.score_bytes = per_score * scores;
-  terms.selective_bwd_ms = attention_ms + (4 * e + 1) * scores * c.ms_per_byte + 2 * kAttentionCoreOps * c.op_ms;
+  terms.score_bytes = per_score * keep * scores;
+  terms.selective_bwd_ms =
+      attention_ms + (4 * e + 1) * keep * scores * c.ms_per_byte + 2 * kAttentionCoreOps * c.op_ms;
   terms.full_stored = e * nd * h;
   return terms;
 }
@@ -198,6 +206,7 @@ class AnalyticCostModel final : public CostModel {
     // The cpu preset is the device this project's LibTorch runtime trains on: its memory
     // terms are what that runtime keeps (docs/cost-model.md), not Megatron's.
     c_.libtorch_memory = device.name == "cpu";
+    c_.flash_attention = device.flash_attention;
     // Stages with the same layers cost the same: bottleneck_ms_and_bytes() costs the
     // first of each kind only (GPT-6.7B pp 4: the two middle stages).
     for (std::size_t s = 0; s < stages_.size(); ++s) {

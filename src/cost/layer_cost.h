@@ -20,6 +20,7 @@ struct LayerCoefficients {
   double backward_speedup = 1;
   double op_ms = 0;               // per-op overhead
   bool libtorch_memory = false;   // memory terms of the LibTorch runtime (the cpu preset)
+  bool flash_attention = false;   // DeviceSpec::flash_attention
 };
 
 // One layer's (or embedding's, or head's) cost. Memory in bytes, as double until the

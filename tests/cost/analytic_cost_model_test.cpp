@@ -416,6 +416,41 @@ TEST(AnalyticCostModelTest, DevicePresets) {
             analytic("gpt-6.7b", 4, "a100-40g")->stage_cost(1, shape, {}, Recompute::None).fwd_ms);
 }
 
+// Fused attention (the h100-80g preset) writes no scores: no bytes per score in memory,
+// selective recomputation saves nothing, and backward recomputes QK^T.
+TEST(AnalyticCostModelTest, FlashAttentionKeepsNoScores) {
+  const ModelSpec gpt = load_model_spec("gpt-6.7b");
+  DeviceSpec flash = device_preset("h100-80g");
+  ASSERT_TRUE(flash.flash_attention);
+  DeviceSpec unfused = flash;
+  unfused.flash_attention = false;
+  const CostModelOptions options{.num_stages = 4};
+  const auto with_flash = make_analytic_cost_model(gpt, flash, options);
+  const auto without = make_analytic_cost_model(gpt, unfused, options);
+  auto stage = [](const CostModel& m, std::int64_t b, std::int64_t s, Recompute r) {
+    return m.stage_cost(1, {.batch = b, .seqlen = s}, {}, r);
+  };
+  // The same tokens in rows of any length keep the same bytes (no s² term)...
+  EXPECT_EQ(stage(*with_flash, 8, 1024, Recompute::None).stored_bytes,
+            stage(*with_flash, 1, 8192, Recompute::None).stored_bytes);
+  EXPECT_LT(stage(*without, 8, 1024, Recompute::None).stored_bytes,
+            stage(*without, 1, 8192, Recompute::None).stored_bytes);
+  // ...and selective recomputation keeps as much as none while costing more backward.
+  const StageCost none = stage(*with_flash, 1, 8192, Recompute::None);
+  const StageCost selective = stage(*with_flash, 1, 8192, Recompute::Selective);
+  EXPECT_EQ(selective.stored_bytes, none.stored_bytes);
+  EXPECT_GT(selective.bwd_input_ms, none.bwd_input_ms);
+  // Forward: the same matmuls, no score traffic. The weight gradients do not change.
+  const StageCost unfused_none = stage(*without, 1, 8192, Recompute::None);
+  EXPECT_LT(none.fwd_ms, unfused_none.fwd_ms);
+  EXPECT_EQ(none.bwd_weight_ms, unfused_none.bwd_weight_ms);
+  // Halving the rows' length halves the attention and nothing else (the same tokens): the
+  // input gradient loses 2.5 / backward_speedup of what the forward loses.
+  const StageCost halves = stage(*with_flash, 2, 4096, Recompute::None);
+  EXPECT_NEAR((none.bwd_input_ms - halves.bwd_input_ms) / (none.fwd_ms - halves.fwd_ms), 2.5 / flash.backward_speedup,
+              1e-9);
+}
+
 TEST(AnalyticCostModelTest, BadSpecsAreNamed) {
   const ModelSpec gpt = load_model_spec("gpt-tiny");
   try {

@@ -36,6 +36,11 @@ struct DeviceSpec {
   // Fixed time per elementary op (kernel launch / framework dispatch), charged per op a
   // layer runs. Matters on CPU, where a tiny layer is dominated by it.
   double op_overhead_ms = 0;
+  // Fused (flash) attention: the scores are never written to memory, so no activation,
+  // softmax or dropout bytes per score, and backward recomputes QK^T (its attention
+  // matmuls are 2.5x the forward's, not 2x). Off: Megatron's unfused attention, as the
+  // A100 reference tables measured it.
+  bool flash_attention = false;
 
   friend bool operator==(const DeviceSpec&, const DeviceSpec&) = default;
 };
