@@ -310,8 +310,8 @@ class ProfiledCostModel final : public CostModel {
   // any two cuts of the same samples into rows cost the same, and the table is read at a
   // shape it measured (or extrapolates along its batch axis) instead of being split into
   // parts. On a measured H100 (bench/gpu_profile.py, RESULTS) 24 packed GPT micro-batches
-  // of equal and mixed lengths ran within 4.3% of it, T5's encoder within 7.2% and its
-  // decoder within 12%.
+  // of equal and mixed lengths ran within 4.3% of it, T5's encoder within 5.8% and its
+  // decoder within 12% (mixed lengths; equal ones 5.5%).
   //
   // Memory: c(b, s) = linear(b·s) + quadratic(b·s²), and c(2b, s/2) keeps the tokens and
   // halves the quadratic part, so (1 - ρ) of 2 (c(b, s) - c(2b, s/2)) is removed. (Folded,
