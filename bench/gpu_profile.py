@@ -294,7 +294,7 @@ class Bench:
             if x.requires_grad:
                 x.grad = None
             out, f_ms = self.timer.run(lambda: module(x))
-            _, b_ms = self.timer.run(lambda: out.backward() if dy is None else out.backward(dy))
+            _, b_ms = self.timer.run(lambda: out.backward(dy))  # dy None: the head's scalar loss
             del out
             if i >= self.args.warmup:
                 fwd.append(f_ms)
@@ -308,11 +308,10 @@ class Bench:
             torch.cuda.reset_peak_memory_stats(self.device)
             out = module(x)
             stored = torch.cuda.memory_allocated(self.device) - before
-            out.backward() if dy is None else out.backward(dy)
+            out.backward(dy)
             del out
             torch.cuda.synchronize()
             peak = max(0, torch.cuda.max_memory_allocated(self.device) - before - stored)
-        del x, dy
         point = {"batch": b, "seqlen": s}
         if kind == "decoder":
             point["dec_seqlen"] = d
