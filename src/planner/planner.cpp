@@ -784,12 +784,13 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     // the cut was sized for selective, and beat dynapipe's at GPT-6.7B pp 8 2048 (2431.8 vs
     // 2437.3 ms). So each lighter mode whose quick estimate there comes within the window is
     // searched in full too (the heavier ones only add recomputation to a cut that fits).
+    // A --recompute given is the one mode of every plan: no lighter one is tried.
     const ScheduleKind memory_bound =
         m.schedule != ScheduleKind::Auto ? m.schedule : ScheduleKind::CriticalPath;
-    if (ranked_choice.dp_recompute == Recompute::None ||
+    if (m.batching.recompute || ranked_choice.dp_recompute == Recompute::None ||
         (m.schedule == ScheduleKind::Auto &&
          std::ranges::count(auto_schedule_kinds(*m.cost), memory_bound) == 0)) {
-      continue;  // no lighter mode, or no critical-path (the cpu device)
+      continue;  // a fixed mode, no lighter mode, or no critical-path (the cpu device)
     }
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
     for (Recompute lighter : {Recompute::None, Recompute::Selective}) {
@@ -976,6 +977,9 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     const CostModel& stage_model =
         chosen.problem.layout.chunks > 1 ? *m.interleaved_cost : *m.cost;
 
+    DYNAPIPE_CHECK(!m.config.recompute || best.recompute == *m.config.recompute,
+                   cat("iteration ", batch.index, " planned recompute ", recompute_name(best.recompute),
+                       " under --recompute ", recompute_name(*m.config.recompute)));
     ReplicaPlan replica;
     replica.microbatches = microbatches;
     replica.schedule = best.schedule;

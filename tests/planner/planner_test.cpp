@@ -507,6 +507,26 @@ TEST(PlannerTensorParallelTest, MeasuredTablesDoNotPruneTheBestRecomputeMode) {
   EXPECT_LT(ms[0], 0.95 * 5286.5);  // the pruned plan
 }
 
+// --recompute is one mode for every micro-batch, whatever the search tries: the baseline
+// cuts' lighter-mode search (critical-path) once planned recompute none under a given
+// selective or full (GPT-6.7B pp 8 on the measured H100 profile, 80 GiB, iteration 0).
+TEST(PlannerTest, FixedRecomputeModeHoldsForEveryStrategy) {
+  PlanConfig config = gpt_config("dynapipe", 8, 1, 2048);
+  config.cost_model = "profile:" DYNAPIPE_SOURCE_DIR "/assets/profiles/gpt-6.7b.h100.measured.json";
+  config.memory_limit_gib = 80;
+  const GlobalBatch batch = batches_of(config, 1).front();
+  for (const char* strategy : {"dynapipe", "packing-varlen"}) {
+    for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+      config.strategy = *parse_strategy(strategy);
+      config.recompute = mode;
+      const IterationPlan plan = Planner(config, options_with(true)).plan_iteration(batch);
+      for (const ReplicaPlan& replica : plan.replicas) {
+        EXPECT_EQ(replica.recompute, mode) << strategy << " --recompute " << recompute_name(mode);
+      }
+    }
+  }
+}
+
 // packing-megatron runs one recompute mode, fixed rows per micro-batch, full-length rows
 // and 1F1B.
 TEST(PlannerTensorParallelTest, PackingMegatronKeepsItsFixedChoices) {
