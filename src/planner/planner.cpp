@@ -255,6 +255,15 @@ bool sizes_rows(Strategy strategy) {
          strategy == Strategy::PackingVarlen || strategy == Strategy::PackingMegatron;
 }
 
+// Rows per micro-batch of a row-sized baseline's cut: its largest micro-batch's.
+std::int64_t cut_rows(const std::vector<std::vector<MicroBatch>>& replicas) {
+  std::int64_t rows = 0;
+  for (const std::vector<MicroBatch>& replica : replicas) {
+    for (const MicroBatch& mb : replica) rows = std::max(rows, mb.shape.batch);
+  }
+  return rows;
+}
+
 // ZB-H1 fills 1F1B's bubble with deferred W passes: its fill/drain costs about
 // (p − 1)·(F + I − W) instead of (p − 1)·(F + I + W) (Qi et al., "Zero Bubble Pipeline
 // Parallelism", 2023). The ratio on the bottleneck stage of a max-length sample.
@@ -333,7 +342,45 @@ struct Planner::Impl {
                                                    std::span<const MicroBatch> microbatches,
                                                    Recompute recompute) const;
   std::vector<Choice> rank_dp_plans(const GlobalBatch& batch) const;
+  template <typename Score>
+  void walk_row_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,
+                      double from_ms, Score&& score) const;
 };
+
+// A row-sized baseline's sizes next to the objective's `from` rows, as a practitioner
+// sweeps the micro-batch size: upward while score(options, cut) improves on the size
+// before it, and downward to one row only if the first size up did not improve on
+// `from_ms`. score returns the cut's simulated time, or nullopt where no schedule fits
+// it; a size that fits no recompute mode under the pipelined memory rule ends that
+// direction (the most that fit in the objective's mode can be fewer: heavier recompute
+// fits more). The simulated time has one minimum over the size at every point measured
+// (docs/batching.md, "The baselines' micro-batch size").
+template <typename Score>
+void Planner::Impl::walk_row_sizes(const GlobalBatch& batch, const BatchingOptions& options,
+                                   std::int64_t from, double from_ms, Score&& score) const {
+  for (const std::int64_t step : {std::int64_t{1}, std::int64_t{-1}}) {
+    double previous_ms = from_ms;
+    bool improved = false;
+    for (std::int64_t rows = from + step; rows >= 1; rows += step) {
+      BatchingOptions sized = options;
+      sized.fixed_batch = rows;
+      sized.size_by_objective = true;
+      std::optional<BatchingResult> cut;
+      try {
+        cut = make_microbatches(batch, *cost, sized);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+        break;
+      }
+      if (cut->one_in_flight) break;  // past the sizes the pipelined rule fits
+      const std::optional<double> ms = score(sized, *cut);
+      if (!ms || !(*ms < previous_ms)) break;
+      previous_ms = *ms;
+      improved = true;
+    }
+    if (improved) break;
+  }
+}
 
 // Micro-batches under `options`, then the best schedule x recompute of every replica.
 Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& options,
@@ -595,7 +642,43 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // differs. One varlen row drops the rows' end padding, but the cost model need not
     // find it cheaper (T5-11B pp 8 on the flash H100 preset: 1.7% dearer on the decoder
     // stages), so packing-varlen's cuts are also run in its own block-diagonal rows.
-    std::vector<std::vector<MicroBatch>> last_cut;
+    // Each cut is ranked once, as packing-varlen's plan walks its micro-batch size
+    // (walk_row_sizes(), here on quick estimates) past the objective's and the most's.
+    std::vector<std::pair<std::vector<std::vector<MicroBatch>>, std::optional<double>>> ranked_cuts;
+    // Ranks `cut` (the baseline's micro-batches) in its forms; the best quick estimate,
+    // or nullopt if no form fits a schedule.
+    auto rank_cut = [&](Strategy baseline, const BatchingResult& cut) -> std::optional<double> {
+      std::vector<std::vector<MicroBatch>> replicas;
+      for (const std::vector<MicroBatch>& replica : cut.replicas) {
+        replicas.push_back(as_varlen_microbatches(batch, replica, m.batching));
+      }
+      std::vector<std::vector<std::vector<MicroBatch>>> forms{std::move(replicas)};
+      if (baseline == Strategy::PackingVarlen && cut.replicas != forms.front()) forms.push_back(cut.replicas);
+      std::optional<double> best_ms;
+      auto keep = [&](std::optional<double> ms) {
+        if (ms) best_ms = std::min(best_ms.value_or(*ms), *ms);
+      };
+      for (auto& form : forms) {
+        const auto same = std::find_if(ranked_cuts.begin(), ranked_cuts.end(),
+                                       [&](const auto& ranked_cut) { return ranked_cut.first == form; });
+        if (same != ranked_cuts.end()) {
+          keep(same->second);
+          continue;
+        }
+        std::optional<Choice> c = attempt([&]() -> std::optional<Choice> {
+          Choice choice = m.quick_search(batch, form, m.schedule, cut.recompute, &ranked);
+          choice.batching = m.batching;
+          choice.dp_recompute = cut.recompute;
+          return choice;
+        });
+        ranked_cuts.emplace_back(std::move(form), c ? std::optional(c->est_ms) : std::nullopt);
+        if (!c) continue;
+        c->baseline_cut = true;
+        keep(c->est_ms);
+        ranked.push_back(std::move(*c));
+      }
+      return best_ms;
+    };
     for (const auto& [baseline, by_objective] :
          {std::pair{Strategy::PackingVarlen, true}, std::pair{Strategy::PackingVarlen, false},
           std::pair{Strategy::TokenBased, true}}) {
@@ -611,24 +694,17 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
         if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
         continue;
       }
-      std::vector<std::vector<MicroBatch>> replicas;
-      for (const std::vector<MicroBatch>& replica : cut->replicas) {
-        replicas.push_back(as_varlen_microbatches(batch, replica, m.batching));
-      }
-      if (!by_objective && replicas == last_cut) continue;
-      last_cut = replicas;
-      std::vector<std::vector<std::vector<MicroBatch>>> forms{std::move(replicas)};
-      if (baseline == Strategy::PackingVarlen && cut->replicas != forms.front()) forms.push_back(cut->replicas);
-      for (const auto& form : forms) {
-        std::optional<Choice> c = attempt([&]() -> std::optional<Choice> {
-          Choice choice = m.quick_search(batch, form, m.schedule, cut->recompute, &ranked);
-          choice.batching = m.batching;
-          choice.dp_recompute = cut->recompute;
-          return choice;
-        });
-        if (!c) continue;
-        c->baseline_cut = true;
-        ranked.push_back(std::move(*c));
+      const std::optional<double> ms = rank_cut(baseline, *cut);
+      if (baseline == Strategy::PackingVarlen && by_objective && ms) {
+        // A size that fits only in a heavier recompute mode than the objective's adds
+        // its recomputation to every micro-batch: not looked at here, which keeps the
+        // walk from costing GPT-6.7B pp 4 65k plans ~10% for a cut 19% slower.
+        const Recompute mode = cut->recompute;
+        m.walk_row_sizes(batch, theirs, cut_rows(cut->replicas), *ms,
+                         [&](const BatchingOptions&, const BatchingResult& sized) -> std::optional<double> {
+                           if (mode < sized.recompute) return std::nullopt;
+                           return rank_cut(baseline, sized);
+                         });
       }
     }
   }
@@ -662,27 +738,45 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   if (!is_dp_strategy(m.batching.strategy)) {
     Choice best = m.search(batch, m.batching, m.schedule);
     if (sizes_rows(m.batching.strategy) && m.batching.fixed_batch == 0) {
-      // Rows per micro-batch as the objective chose them, and the most that fit, each
-      // searched in full: the objective's 1F1B bubble can favour micro-batches smaller than
-      // a schedule with a shorter fill and drain wants (GPT-6.7B pp 4 on H100 80 GiB at
-      // 512: packing-varlen 1.00x dynapipe with the most that fit, 0.96x by the objective).
+      // Rows per micro-batch as the objective chose them, the most that fit and the sizes
+      // next to the objective's (walk_row_sizes()), each searched in full: the objective's
+      // 1F1B bubble can favour micro-batches smaller than a schedule with a shorter fill
+      // and drain wants (GPT-6.7B pp 4 on H100 80 GiB at 512: packing-varlen 1.00x
+      // dynapipe with the most that fit, 0.96x by the objective; pp 8 at 2048: 806.1 ms
+      // with 2 rows, 883.6 with the objective's 1, 931.1 with the most, 4).
+      const Choice by_objective = best;
+      // Each cut is searched once: the walk passes the objective's and the most's sizes.
+      std::vector<std::pair<std::vector<std::vector<MicroBatch>>, double>> searched_cuts{
+          {replica_microbatches(by_objective), by_objective.est_ms}};
+      auto searched = [&](const BatchingOptions& options, const BatchingResult& cut) {
+        for (const auto& [replicas, ms] : searched_cuts) {
+          if (replicas == cut.replicas) return ms;
+        }
+        Choice other = m.search_replicas(batch, cut.replicas, m.schedule);
+        other.dp_recompute = cut.recompute;
+        other.batching = options;
+        const double ms = other.est_ms;
+        searched_cuts.emplace_back(cut.replicas, ms);
+        if (ms < best.est_ms) best = std::move(other);
+        return ms;
+      };
       BatchingOptions most = m.batching;
       most.size_by_objective = false;
       try {
-        const BatchingResult cut = make_microbatches(batch, *m.cost, most);
-        const bool same = runs_cut(best, cut.replicas.size(), [&](std::size_t r) -> const auto& {
-          return cut.replicas[r];
-        });
-        if (!same) {
-          Choice other = m.search_replicas(batch, cut.replicas, m.schedule);
-          other.dp_recompute = cut.recompute;
-          other.batching = most;
-          if (other.est_ms < best.est_ms) best = std::move(other);
-        }
+        searched(most, make_microbatches(batch, *m.cost, most));
       } catch (const Error& e) {
         // E.g. fewer micro-batches of the most that fit than replicas.
         if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
       }
+      m.walk_row_sizes(batch, m.batching, cut_rows(replica_microbatches(by_objective)), by_objective.est_ms,
+                       [&](const BatchingOptions& options, const BatchingResult& cut) -> std::optional<double> {
+                         try {
+                           return searched(options, cut);
+                         } catch (const Error& e) {
+                           if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+                           return std::nullopt;
+                         }
+                       });
     }
     return with_random_orders(batch, std::move(best));
   }
