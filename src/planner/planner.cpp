@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 
 #include "dynapipe/batching/batching.h"
 #include "dynapipe/batching/head_tail.h"
@@ -148,6 +149,34 @@ double percentile(std::vector<double> values, double q) {
   const std::size_t lo = static_cast<std::size_t>(std::floor(rank));
   const std::size_t hi = std::min(lo + 1, values.size() - 1);
   return values[lo] + (rank - lo) * (values[hi] - values[lo]);
+}
+
+// Whether an error only rules one option of the search out (nothing fits that memory rule
+// or size, or no schedule candidate applies), so the search keeps the others.
+bool rules_out_option(const Error& e) {
+  return e.kind() == ErrorKind::Infeasible || e.kind() == ErrorKind::Unsupported;
+}
+
+template <typename T>
+struct AsOptional {
+  using type = std::optional<T>;
+};
+template <typename T>
+struct AsOptional<std::optional<T>> {
+  using type = std::optional<T>;
+};
+
+// make()'s result (an optional one as it is), or nullopt where it throws an error that
+// rules_out_option().
+template <typename Make>
+auto unless_ruled_out(Make&& make) -> typename AsOptional<std::decay_t<std::invoke_result_t<Make&>>>::type {
+  using Result = typename AsOptional<std::decay_t<std::invoke_result_t<Make&>>>::type;
+  try {
+    return Result(make());
+  } catch (const Error& e) {
+    if (!rules_out_option(e)) throw;
+    return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -365,14 +394,9 @@ void Planner::Impl::walk_row_sizes(const GlobalBatch& batch, const BatchingOptio
       BatchingOptions sized = options;
       sized.fixed_batch = rows;
       sized.size_by_objective = true;
-      std::optional<BatchingResult> cut;
-      try {
-        cut = make_microbatches(batch, *cost, sized);
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
-        break;
-      }
-      if (cut->one_in_flight) break;  // past the sizes the pipelined rule fits
+      const std::optional<BatchingResult> cut =
+          unless_ruled_out([&] { return make_microbatches(batch, *cost, sized); });
+      if (!cut || cut->one_in_flight) break;  // past the sizes the pipelined rule fits
       const std::optional<double> ms = score(sized, *cut);
       if (!ms || !(*ms < previous_ms)) break;
       previous_ms = *ms;
@@ -486,10 +510,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
         try {
           replica.best = search_schedule(replica.candidates, quick_options);
         } catch (const Error& e) {
-          if (!other_modes ||
-              (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported)) {
-            throw;
-          }
+          if (!other_modes || !rules_out_option(e)) throw;
           replica.candidates = all_candidates();
           replica.best = search_schedule(replica.candidates, quick_options);
         }
@@ -535,15 +556,6 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       plans.back().first.varlen_row_capacity = true;
     }
   }
-  auto attempt = [&](auto&& make) -> std::optional<Choice> {
-    try {
-      return make();
-    } catch (const Error& e) {
-      // Nothing fits that schedule's rule, or no candidate of it fits: keep the others.
-      if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
-      return std::nullopt;
-    }
-  };
   BatchingCache cache;  // segment costs shared by every DP below
   // The first plan's errors are the planner's (e.g. a sample that fits nowhere).
   std::vector<Choice> ranked;
@@ -565,7 +577,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order ||
                            plans[k].first.varlen_row_capacity != plans[k - 1].first.varlen_row_capacity;
     std::optional<Choice> c =
-        attempt([&] { return m.search(batch, plans[k].first, plans[k].second, true, &cache, &ranked); });
+        unless_ruled_out([&] { return m.search(batch, plans[k].first, plans[k].second, true, &cache, &ranked); });
     if (!c) continue;
     if (k < rules) sorted_ms[k] = c->est_ms;
     ranked.push_back(std::move(*c));
@@ -609,7 +621,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       for (int step = 0; step < 2; ++step) {
         again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
         std::optional<Choice> c =
-            attempt([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
+            unless_ruled_out([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
         if (!c || !(c->est_ms < est)) break;
         est = c->est_ms;
         ranked.push_back(std::move(*c));
@@ -631,7 +643,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // each extra mode is a full DP (T5-11B pp 8 short256: ~8% of the plan).
     if (!padded_cut.recompute) padded_cut.recompute = start.dp_recompute;
     std::optional<Choice> c =
-        attempt([&] { return m.search(batch, padded_cut, start.schedule, true, &cache, &ranked); });
+        unless_ruled_out([&] { return m.search(batch, padded_cut, start.schedule, true, &cache, &ranked); });
     if (c) ranked.push_back(std::move(*c));
   }
   if (varlen && m.options.baseline_cuts) {
@@ -665,7 +677,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
           keep(same->second);
           continue;
         }
-        std::optional<Choice> c = attempt([&]() -> std::optional<Choice> {
+        std::optional<Choice> c = unless_ruled_out([&]() -> std::optional<Choice> {
           Choice choice = m.quick_search(batch, form, m.schedule, cut.recompute, &ranked);
           choice.batching = m.batching;
           choice.dp_recompute = cut.recompute;
@@ -687,13 +699,9 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       theirs.in_flight.clear();
       theirs.bubble_weight = 1.0;
       theirs.size_by_objective = by_objective;
-      std::optional<BatchingResult> cut;
-      try {
-        cut = make_microbatches(batch, *m.cost, theirs);
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
-        continue;
-      }
+      const std::optional<BatchingResult> cut =
+          unless_ruled_out([&] { return make_microbatches(batch, *m.cost, theirs); });
+      if (!cut) continue;
       const std::optional<double> ms = rank_cut(baseline, *cut);
       if (baseline == Strategy::PackingVarlen && by_objective && ms) {
         // A size that fits only in a heavier recompute mode than the objective's adds
@@ -762,20 +770,13 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
       };
       BatchingOptions most = m.batching;
       most.size_by_objective = false;
-      try {
-        searched(most, make_microbatches(batch, *m.cost, most));
-      } catch (const Error& e) {
-        // E.g. fewer micro-batches of the most that fit than replicas.
-        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+      // (Not where the most that fit make fewer micro-batches than replicas.)
+      if (const auto cut = unless_ruled_out([&] { return make_microbatches(batch, *m.cost, most); })) {
+        searched(most, *cut);
       }
       m.walk_row_sizes(batch, m.batching, cut_rows(replica_microbatches(by_objective)), by_objective.est_ms,
-                       [&](const BatchingOptions& options, const BatchingResult& cut) -> std::optional<double> {
-                         try {
-                           return searched(options, cut);
-                         } catch (const Error& e) {
-                           if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
-                           return std::nullopt;
-                         }
+                       [&](const BatchingOptions& options, const BatchingResult& cut) {
+                         return unless_ruled_out([&] { return searched(options, cut); });
                        });
     }
     return with_random_orders(batch, std::move(best));
@@ -889,17 +890,16 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
     for (Recompute lighter : {Recompute::None, Recompute::Selective}) {
       if (!(lighter < ranked_choice.dp_recompute)) break;
-      try {
+      // Where that mode fits no schedule (or none applies), the heavier ones were searched.
+      unless_ruled_out([&] {
         const Choice quick =
             m.search_replicas(batch, replicas, memory_bound, /*quick=*/true, lighter,
                               /*permute=*/false, /*record=*/false, 0, 0, /*other_modes=*/false);
         if (quick.est_ms < window_ms) {
           search_in_full(ranked_choice, lighter, /*other_modes=*/false, memory_bound);
         }
-      } catch (const Error& e) {
-        // That mode fits no schedule (or none applies): the heavier ones were searched.
-        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
-      }
+        return true;
+      });
     }
   }
   // Random orders for the chosen plan and for the baseline cuts searched in full: given
