@@ -157,6 +157,7 @@ class Planner:
         seed: int = 0,
         seqlen_multiple: int = 8,
         micro_batch_size: int = 0,
+        token_budget: int = 0,
         recompute: str = "auto",
         partition: str = "balanced",
         vertical_sync: int = 0,

@@ -68,6 +68,7 @@ Json config_to_json(const PlanConfig& c) {
   j["seed"] = c.seed;
   j["iterations"] = c.iterations;
   if (c.micro_batch_size != 0) j["micro_batch_size"] = c.micro_batch_size;
+  if (c.token_budget != 0) j["token_budget"] = c.token_budget;
   if (c.recompute) j["recompute"] = recompute_name(*c.recompute);
   if (c.vertical_sync) j["vertical_sync"] = 1;
   if (!c.stage_layers.empty()) j["layers_per_stage"] = layers_per_stage(c.stage_layers);
@@ -249,6 +250,7 @@ PlanConfig config_from(const JsonValue& n) {
   c.seed = n["seed"].uint64();
   c.iterations = n["iterations"].integer(0);
   if (n.has("micro_batch_size")) c.micro_batch_size = n["micro_batch_size"].integer(0);
+  if (n.has("token_budget")) c.token_budget = n["token_budget"].integer(1);
   if (n.has("vertical_sync")) c.vertical_sync = n["vertical_sync"].int32(0, 1) == 1;
   if (n.has("recompute")) {
     const JsonValue recompute = n["recompute"];

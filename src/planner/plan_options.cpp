@@ -87,6 +87,9 @@ std::vector<PlanOptionSpec> make_table() {
   t.push_back(row("--micro-batch-size", "micro_batch_size",
                "Rows per micro-batch for padding/packing strategies (0: the size of the lowest objective, up to the most that fit)",
                &O::micro_batch_size, 0, kMaxLen));
+  t.push_back(row("--token-budget", "token_budget",
+               "Padded tokens per micro-batch for token-based (0: the budget of 512, 1024, ..., 65536 planned fastest)",
+               &O::token_budget, 0, kMaxTokens, {}, false));
   t.push_back(row("--recompute", "recompute",
                "One recompute mode for every micro-batch (auto: the planner picks)", &O::recompute, 0,
                0, {"auto", "none", "selective", "full"}));
@@ -180,6 +183,7 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   config.seed = options.seed;
   config.iterations = options.iterations;
   config.micro_batch_size = options.micro_batch_size;
+  config.token_budget = options.token_budget;
   if (options.recompute != "auto") config.recompute = parse_recompute(options.recompute);
   config.vertical_sync = options.vertical_sync == 1;
   config.stage_layers = stage_layers_for(options, config);

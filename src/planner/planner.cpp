@@ -39,6 +39,9 @@ void validate_config(const PlanConfig& config) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("--micro-batch-size must be >= 0, got ", config.micro_batch_size));
   }
+  if (config.token_budget < 0) {
+    throw Error(ErrorKind::InvalidArgument, cat("--token-budget must be >= 0, got ", config.token_budget));
+  }
   if (config.pp < 1) throw Error(ErrorKind::InvalidArgument, cat("--pp must be >= 1, got ", config.pp));
   if (config.dp < 1) throw Error(ErrorKind::InvalidArgument, cat("--dp must be >= 1, got ", config.dp));
   if (config.zero != 0 && config.zero != 1) {
@@ -372,28 +375,69 @@ struct Planner::Impl {
                                                    Recompute recompute) const;
   std::vector<Choice> rank_dp_plans(const GlobalBatch& batch) const;
   template <typename Score>
-  void walk_row_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,
-                      double from_ms, Score&& score) const;
+  void walk_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,
+                  double from_ms, Score&& score) const;
+  std::optional<std::int64_t> token_budget_of(const GlobalBatch& batch, const BatchingOptions& options,
+                                              const std::vector<std::vector<MicroBatch>>& cut) const;
 };
 
-// A row-sized baseline's sizes next to the objective's `from` rows, as a practitioner
-// sweeps the micro-batch size: upward while score(options, cut) improves on the size
-// before it, and downward to one row only if the first size up did not improve on
-// `from_ms`. score returns the cut's simulated time, or nullopt where no schedule fits
-// it; a size that fits no recompute mode under the pipelined memory rule ends that
-// direction (the most that fit in the objective's mode can be fewer: heavier recompute
-// fits more). The simulated time has one minimum over the size at every point measured
-// (docs/batching.md, "The baselines' micro-batch size").
+// token-based's budgets (BatchingOptions::token_budget), as it tries them by objective.
+constexpr std::int64_t kSmallestTokenBudget = 512, kLargestTokenBudget = 65536;
+
+// The size next to `size` of a baseline's micro-batches, up (direction 1) or down (−1):
+// rows one at a time (padding, the packings), token budgets doubled or halved
+// (token-based); nullopt past the range.
+std::optional<std::int64_t> next_size(Strategy strategy, std::int64_t size, int direction) {
+  if (strategy == Strategy::TokenBased) {
+    const std::int64_t next = direction > 0 ? 2 * size : size / 2;
+    if (next < kSmallestTokenBudget || next > kLargestTokenBudget) return std::nullopt;
+    return next;
+  }
+  if (size + direction < 1) return std::nullopt;
+  return size + direction;
+}
+
+// `options` at one size (next_size()): rows per micro-batch or token budget.
+BatchingOptions with_size(BatchingOptions options, std::int64_t size) {
+  if (options.strategy == Strategy::TokenBased) {
+    options.token_budget = size;
+  } else {
+    options.fixed_batch = size;
+    options.size_by_objective = true;
+  }
+  return options;
+}
+
+// The budget among token-based's own whose cut is `cut` (the objective's choice), or
+// nullopt.
+std::optional<std::int64_t> Planner::Impl::token_budget_of(
+    const GlobalBatch& batch, const BatchingOptions& options,
+    const std::vector<std::vector<MicroBatch>>& cut) const {
+  for (std::int64_t budget = kSmallestTokenBudget; budget <= kLargestTokenBudget; budget *= 2) {
+    const std::optional<BatchingResult> sized =
+        unless_ruled_out([&] { return make_microbatches(batch, *cost, with_size(options, budget)); });
+    if (sized && sized->replicas == cut) return budget;
+  }
+  return std::nullopt;
+}
+
+// A baseline's micro-batch sizes next to the objective's `from` (rows, or token-based's
+// token budget: next_size()), as a practitioner sweeps the size: upward while
+// score(options, cut) improves on the size before it, and downward only if the first size
+// up did not improve on `from_ms`. score returns the cut's simulated time, or nullopt
+// where no schedule fits it; a size that fits no recompute mode under the pipelined memory
+// rule ends that direction (the most that fit in the objective's mode can be fewer:
+// heavier recompute fits more). The simulated time has one minimum over the size at every
+// point measured (docs/batching.md, "The baselines' micro-batch size").
 template <typename Score>
-void Planner::Impl::walk_row_sizes(const GlobalBatch& batch, const BatchingOptions& options,
-                                   std::int64_t from, double from_ms, Score&& score) const {
-  for (const std::int64_t step : {std::int64_t{1}, std::int64_t{-1}}) {
+void Planner::Impl::walk_sizes(const GlobalBatch& batch, const BatchingOptions& options,
+                               std::int64_t from, double from_ms, Score&& score) const {
+  for (const int direction : {1, -1}) {
     double previous_ms = from_ms;
     bool improved = false;
-    for (std::int64_t rows = from + step; rows >= 1; rows += step) {
-      BatchingOptions sized = options;
-      sized.fixed_batch = rows;
-      sized.size_by_objective = true;
+    for (std::optional<std::int64_t> size = next_size(options.strategy, from, direction); size;
+         size = next_size(options.strategy, *size, direction)) {
+      const BatchingOptions sized = with_size(options, *size);
       const std::optional<BatchingResult> cut =
           unless_ruled_out([&] { return make_microbatches(batch, *cost, sized); });
       if (!cut || cut->one_in_flight) break;  // past the sizes the pipelined rule fits
@@ -655,7 +699,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // find it cheaper (T5-11B pp 8 on the flash H100 preset: 1.7% dearer on the decoder
     // stages), so packing-varlen's cuts are also run in its own block-diagonal rows.
     // Each cut is ranked once, as packing-varlen's plan walks its micro-batch size
-    // (walk_row_sizes(), here on quick estimates) past the objective's and the most's.
+    // (walk_sizes(), here on quick estimates) past the objective's and the most's.
     std::vector<std::pair<std::vector<std::vector<MicroBatch>>, std::optional<double>>> ranked_cuts;
     // Ranks `cut` (the baseline's micro-batches) in its forms; the best quick estimate,
     // or nullopt if no form fits a schedule.
@@ -703,17 +747,18 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
           unless_ruled_out([&] { return make_microbatches(batch, *m.cost, theirs); });
       if (!cut) continue;
       const std::optional<double> ms = rank_cut(baseline, *cut);
-      if (baseline == Strategy::PackingVarlen && by_objective && ms) {
-        // A size that fits only in a heavier recompute mode than the objective's adds
-        // its recomputation to every micro-batch: not looked at here, which keeps the
-        // walk from costing GPT-6.7B pp 4 65k plans ~10% for a cut 19% slower.
-        const Recompute mode = cut->recompute;
-        m.walk_row_sizes(batch, theirs, cut_rows(cut->replicas), *ms,
-                         [&](const BatchingOptions&, const BatchingResult& sized) -> std::optional<double> {
-                           if (mode < sized.recompute) return std::nullopt;
-                           return rank_cut(baseline, sized);
-                         });
-      }
+      // token-based's budget is not walked here: that took T5-11B pp 8 65k plans from 15.6
+      // to 23 ms (more baseline cuts searched in full) for dynapipe plans at most 2% faster.
+      if (!by_objective || !ms || baseline != Strategy::PackingVarlen) continue;
+      // A size that fits only in a heavier recompute mode than the objective's adds its
+      // recomputation to every micro-batch: not looked at here, which keeps the walk from
+      // costing GPT-6.7B pp 4 65k plans ~10% for a cut 19% slower.
+      const Recompute mode = cut->recompute;
+      m.walk_sizes(batch, theirs, cut_rows(cut->replicas), *ms,
+                   [&](const BatchingOptions&, const BatchingResult& sized) -> std::optional<double> {
+                     if (mode < sized.recompute) return std::nullopt;
+                     return rank_cut(baseline, sized);
+                   });
     }
   }
   return ranked;
@@ -745,13 +790,16 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   const Impl& m = *this;
   if (!is_dp_strategy(m.batching.strategy)) {
     Choice best = m.search(batch, m.batching, m.schedule);
-    if (sizes_rows(m.batching.strategy) && m.batching.fixed_batch == 0) {
-      // Rows per micro-batch as the objective chose them, the most that fit and the sizes
-      // next to the objective's (walk_row_sizes()), each searched in full: the objective's
-      // 1F1B bubble can favour micro-batches smaller than a schedule with a shorter fill
-      // and drain wants (GPT-6.7B pp 4 on H100 80 GiB at 512: packing-varlen 1.00x
-      // dynapipe with the most that fit, 0.96x by the objective; pp 8 at 2048: 806.1 ms
-      // with 2 rows, 883.6 with the objective's 1, 931.1 with the most, 4).
+    const bool rows_chosen = sizes_rows(m.batching.strategy) && m.batching.fixed_batch == 0;
+    const bool budget_chosen = m.batching.strategy == Strategy::TokenBased && m.batching.token_budget == 0;
+    if (rows_chosen || budget_chosen) {
+      // The size the objective chose (rows per micro-batch, or token-based's token budget),
+      // the most rows that fit and the sizes next to the objective's (walk_sizes()), each
+      // searched in full: the objective's 1F1B bubble can favour micro-batches smaller than
+      // a schedule with a shorter fill and drain wants (GPT-6.7B pp 4 on H100 80 GiB at
+      // 512: packing-varlen 1.00x dynapipe with the most that fit, 0.96x by the objective;
+      // pp 8 at 2048: 806.1 ms with 2 rows, 883.6 with the objective's 1, 931.1 with the
+      // most, 4).
       const Choice by_objective = best;
       // Each cut is searched once: the walk passes the objective's and the most's sizes.
       std::vector<std::pair<std::vector<std::vector<MicroBatch>>, double>> searched_cuts{
@@ -768,16 +816,24 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
         if (ms < best.est_ms) best = std::move(other);
         return ms;
       };
-      BatchingOptions most = m.batching;
-      most.size_by_objective = false;
-      // (Not where the most that fit make fewer micro-batches than replicas.)
-      if (const auto cut = unless_ruled_out([&] { return make_microbatches(batch, *m.cost, most); })) {
-        searched(most, *cut);
+      std::optional<std::int64_t> from;
+      if (rows_chosen) {
+        BatchingOptions most = m.batching;
+        most.size_by_objective = false;
+        // (Not where the most that fit make fewer micro-batches than replicas.)
+        if (const auto cut = unless_ruled_out([&] { return make_microbatches(batch, *m.cost, most); })) {
+          searched(most, *cut);
+        }
+        from = cut_rows(replica_microbatches(by_objective));
+      } else {
+        from = m.token_budget_of(batch, m.batching, replica_microbatches(by_objective));
       }
-      m.walk_row_sizes(batch, m.batching, cut_rows(replica_microbatches(by_objective)), by_objective.est_ms,
-                       [&](const BatchingOptions& options, const BatchingResult& cut) {
-                         return unless_ruled_out([&] { return searched(options, cut); });
-                       });
+      if (from) {
+        m.walk_sizes(batch, m.batching, *from, by_objective.est_ms,
+                     [&](const BatchingOptions& options, const BatchingResult& cut) {
+                       return unless_ruled_out([&] { return searched(options, cut); });
+                     });
+      }
     }
     return with_random_orders(batch, std::move(best));
   }
@@ -1014,6 +1070,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   b.max_target_len = config.max_target_len > 0 ? config.max_target_len : config.max_seqlen;
   b.seqlen_multiple = config.seqlen_multiple;
   b.fixed_batch = config.micro_batch_size;
+  b.token_budget = config.token_budget;
   b.recompute = config.recompute;
   b.validate();
 

@@ -187,16 +187,18 @@ TEST(PlanJsonTest, JsonBinaryJsonRoundTrip) {
 namespace dynapipe {
 namespace {
 
-// tp, micro_batch_size and recompute are written only when set, so plans without them
+// tp, micro_batch_size, token_budget and recompute are written only when set, so plans without them
 // keep their bytes, and they round-trip when set.
 TEST(PlanJsonConfigTest, TensorParallelAndFixedBatchingRoundTrip) {
   ExecutionPlan plan = testing::sample_plan(ModelKind::Gpt);
   const std::string plain = plan_to_json(plan);
   EXPECT_EQ(plain.find("\"tp\""), std::string::npos);
   EXPECT_EQ(plain.find("micro_batch_size"), std::string::npos);
+  EXPECT_EQ(plain.find("token_budget"), std::string::npos);
   EXPECT_EQ(plan_from_json(plain, "p.json").config.tp, 1);
   plan.config.tp = 4;
   plan.config.micro_batch_size = 2;
+  plan.config.token_budget = 4096;
   plan.config.recompute = Recompute::Selective;
   const ExecutionPlan back = plan_from_json(plan_to_json(plan), "p.json");
   EXPECT_EQ(back.config, plan.config);

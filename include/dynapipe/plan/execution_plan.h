@@ -40,6 +40,7 @@ struct PlanConfig {
   std::uint64_t seed = 0;
   std::int64_t iterations = 0;  // 0 = all
   std::int64_t micro_batch_size = 0;  // rows per micro-batch where the strategy fixes it; 0 = its choice
+  std::int64_t token_budget = 0;      // token-based: padded tokens per micro-batch; 0 = its choice
   std::optional<Recompute> recompute = std::nullopt;  // one mode for every micro-batch; unset = the planner picks
   // pipedream: the version the first stage chose travels with the activations, so every
   // stage uses it for that micro-batch (docs/schedules.md, "Vertical sync").

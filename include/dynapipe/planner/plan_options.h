@@ -40,6 +40,7 @@ struct PlanOptions {
   std::uint64_t seed = 0;
   std::int64_t seqlen_multiple = 8;
   std::int64_t micro_batch_size = 0;  // rows per micro-batch where the strategy fixes it; 0: its choice
+  std::int64_t token_budget = 0;      // token-based: padded tokens per micro-batch; 0: its choice
   std::string recompute = "auto";     // one mode for every micro-batch; auto: the planner picks
   // Layers over the pp stages: uniform, balanced or joint (planner/layer_partition.h);
   // to_plan_config() resolves it into PlanConfig::stage_layers (joint reads the samples).
