@@ -132,8 +132,8 @@ double planned_ms(const PlanConfig& config, const std::vector<int>& counts, cons
 // balanced: without batches, the memory-ruled split of one --max-seqlen row (the time-only
 // split where none fits). With batches, the fastest as planned on the first of them (the
 // planner's full search, interleaving included; ties keep the earlier) of: the uniform
-// split, the time-only split of one --max-seqlen row, and the memory-ruled split of the
-// batches' work. The work balance alone misleads both ways: it ignores zb1p's memory rule
+// split, the time-only split of one --max-seqlen row, and the memory-ruled splits of the
+// batches' work under the memory limit and under half of it. The work balance alone misleads both ways: it ignores zb1p's memory rule
 // (pp in flight on every stage), interleaving, which suits even splits, and how small the
 // micro-batches must get on a stage its weights nearly fill.
 std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
@@ -147,6 +147,14 @@ std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<Glo
   std::vector<std::vector<int>> candidates = {layers_per_stage(assign_layers_uniform(config.model, config.pp)),
                                               time_only_counts(config)};
   for (std::vector<int>& ruled : memory_ruled_splits(config, first)) candidates.push_back(std::move(ruled));
+  // And as ruled by half the memory: the splits of the full limit can fill every stage
+  // with weights and 1F1B activations, leaving the plans small micro-batches or
+  // recomputation (T5-11B pp 8 at 80 GiB on the measured H100 profile, max seqlen 1024:
+  // 4,4,4,4,4,4,12,12 at ~78 GiB per stage, 1151.0 ms; half the limit's 4,5,4,5,5,8,8,9,
+  // 1056.4).
+  PlanConfig half = config;
+  half.memory_limit_gib = static_cast<double>(memory_limit_bytes(config)) / 2 / static_cast<double>(gib_to_bytes(1));
+  for (std::vector<int>& ruled : memory_ruled_splits(half, first)) candidates.push_back(std::move(ruled));
   std::vector<int> best = candidates.front();
   double best_ms = planned_ms(config, best, batches, num_batches, /*fixed_layout=*/false);
   for (std::size_t c = 1; c < candidates.size(); ++c) {
