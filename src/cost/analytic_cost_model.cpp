@@ -98,16 +98,18 @@ LayerTerms decoder_layer_terms(const LayerCoefficients& c, double b, double se, 
   if (nd <= 0) return terms;
   const double e = c.e, h = c.h, k = c.k, f = c.f;
   const double self_scores = b * c.a * sd * sd * self_density;
-  const double cross_scores = b * c.a * sd * se * cross_density;
-  const double scores = self_scores + cross_scores;
-  const double keep = c.flash_attention ? 0 : 1;  // whether scores are written to memory
+  const double cross_scores = b * c.a * sd * se * cross_density;  // attention score elements
+  // Those written to memory, as for the encoder layer (none with flash attention).
+  const double kept_self_scores = c.flash_attention ? 0 : self_scores;
+  const double kept_cross_scores = c.flash_attention ? 0 : cross_scores;
+  const double kept_scores = kept_self_scores + kept_cross_scores;
 
   // Self QKV + proj (4hk), cross Q + proj (2hk), MLP (2hf) over decoder tokens; cross K, V
   // (2hk) over encoder tokens.
   const double dense_ms = matmul_ms(c, 2 * nd * (6 * h * k + 2 * h * f), nd) + matmul_ms(c, 2 * ne * 2 * h * k, ne);
   const double attention_ms =
       matmul_ms(c, 4 * b * k * (sd * sd * self_density + sd * se * cross_density), nd) * c.attention_slowdown;
-  const double elementwise_bytes = nd * h * (15 * e + 3) + 2 * e * nd * f + (4 * e + 1) * keep * scores;
+  const double elementwise_bytes = nd * h * (15 * e + 3) + 2 * e * nd * f + (4 * e + 1) * kept_scores;
   const double elementwise_ms = elementwise_bytes * c.ms_per_byte;
   const double ops = kLayerFwdOps + kCrossAttentionExtraOps;
 
@@ -125,18 +127,18 @@ LayerTerms decoder_layer_terms(const LayerCoefficients& c, double b, double se, 
   const bool lt = c.libtorch_memory;
   const double per_score = lt ? e : 2 * e + 1;
   const double stored_none = nd * h * (6 * e + (lt ? 0 : 3)) + 6 * e * nd * k + 2 * e * ne * k + 2 * e * nd * f +
-                             per_score * keep * scores + (lt ? 24 * nd : 0);
+                             per_score * kept_scores + (lt ? 24 * nd : 0);
   const double mlp_released = 2 * e * nd * (f + h);
   const double working =
-      lt ? std::max({2 * e * keep * self_scores - mlp_released,
-                     2 * e * keep * cross_scores + 2 * e * ne * k - mlp_released, 2 * e * nd * f})
-         : std::max({2 * e * keep * self_scores, 2 * e * keep * cross_scores, 2 * e * nd * f}) + 4 * e * nd * h +
+      lt ? std::max({2 * e * kept_self_scores - mlp_released,
+                     2 * e * kept_cross_scores + 2 * e * ne * k - mlp_released, 2 * e * nd * f})
+         : std::max({2 * e * kept_self_scores, 2 * e * kept_cross_scores, 2 * e * nd * f}) + 4 * e * nd * h +
                2 * e * ne * h;
   terms.stored_none = stored_none;
   terms.working = working;
-  terms.score_bytes = per_score * keep * scores;
+  terms.score_bytes = per_score * kept_scores;
   terms.selective_bwd_ms =
-      attention_ms + (4 * e + 1) * keep * scores * c.ms_per_byte + 2 * kAttentionCoreOps * c.op_ms;
+      attention_ms + (4 * e + 1) * kept_scores * c.ms_per_byte + 2 * kAttentionCoreOps * c.op_ms;
   terms.full_stored = e * nd * h;
   return terms;
 }
