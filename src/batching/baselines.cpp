@@ -220,6 +220,7 @@ std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts&
     const double bound = best ? best->objective_ms : incumbent_ms;
     if (std::optional<Candidate> c = candidate_below(std::move(replicas), costs, rule, options, bound)) {
       best = std::move(c);
+      best->size = budget;
     }
   }
   return best;

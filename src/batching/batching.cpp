@@ -334,6 +334,7 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   }
   result.replicas = std::move(best->replicas);
   result.objective_ms = best->objective_ms;
+  result.size = best->size;
   for (std::vector<MicroBatch>& replica : result.replicas) {
     for (std::size_t k = 0; k < replica.size(); ++k) replica[k].id = static_cast<int>(k);
   }

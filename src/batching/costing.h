@@ -172,6 +172,7 @@ std::optional<double> replicas_objective(const std::vector<std::vector<MicroBatc
 struct Candidate {
   std::vector<std::vector<MicroBatch>> replicas;
   double objective_ms = std::numeric_limits<double>::infinity();
+  std::int64_t size = 0;  // BatchingResult::size
 };
 
 // The micro-batches as a candidate with their objective (replicas_objective()) if they fit
@@ -219,6 +220,7 @@ std::optional<Candidate> best_fixed_size(std::int64_t most, ShapeCosts& costs, M
     const double bound = best ? best->objective_ms : incumbent_ms;
     if (std::optional<Candidate> c = candidate_below(build(rows), costs, rule, options, bound)) {
       best = std::move(c);
+      best->size = rows;
     }
   }
   return best;

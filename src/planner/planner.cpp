@@ -197,6 +197,7 @@ struct Choice {
   double est_ms = 0;  // the slowest replica's simulated makespan
   ScheduleKind schedule = ScheduleKind::Auto;  // the --schedule value searched
   Recompute dp_recompute = Recompute::None;  // the batching result's recompute mode
+  std::int64_t cut_size = 0;  // the batching result's size (BatchingResult::size)
   BatchingOptions batching;        // the options the micro-batches were cut with
   // packing-varlen's or token-based's cut: searched in full after those when its quick
   // estimate comes near the best full one (choose()).
@@ -287,15 +288,6 @@ bool sizes_rows(Strategy strategy) {
          strategy == Strategy::PackingVarlen || strategy == Strategy::PackingMegatron;
 }
 
-// Rows per micro-batch of a row-sized baseline's cut: its largest micro-batch's.
-std::int64_t cut_rows(const std::vector<std::vector<MicroBatch>>& replicas) {
-  std::int64_t rows = 0;
-  for (const std::vector<MicroBatch>& replica : replicas) {
-    for (const MicroBatch& mb : replica) rows = std::max(rows, mb.shape.batch);
-  }
-  return rows;
-}
-
 // ZB-H1 fills 1F1B's bubble with deferred W passes: its fill/drain costs about
 // (p − 1)·(F + I − W) instead of (p − 1)·(F + I + W) (Qi et al., "Zero Bubble Pipeline
 // Parallelism", 2023). The ratio on the bottleneck stage of a max-length sample.
@@ -377,8 +369,6 @@ struct Planner::Impl {
   template <typename Score>
   void walk_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,
                   double from_ms, Score&& score) const;
-  std::optional<std::int64_t> token_budget_of(const GlobalBatch& batch, const BatchingOptions& options,
-                                              const std::vector<std::vector<MicroBatch>>& cut) const;
 };
 
 // token-based's budgets (BatchingOptions::token_budget), as it tries them by objective.
@@ -406,19 +396,6 @@ BatchingOptions with_size(BatchingOptions options, std::int64_t size) {
     options.size_by_objective = true;
   }
   return options;
-}
-
-// The budget among token-based's own whose cut is `cut` (the objective's choice), or
-// nullopt.
-std::optional<std::int64_t> Planner::Impl::token_budget_of(
-    const GlobalBatch& batch, const BatchingOptions& options,
-    const std::vector<std::vector<MicroBatch>>& cut) const {
-  for (std::int64_t budget = kSmallestTokenBudget; budget <= kLargestTokenBudget; budget *= 2) {
-    const std::optional<BatchingResult> sized =
-        unless_ruled_out([&] { return make_microbatches(batch, *cost, with_size(options, budget)); });
-    if (sized && sized->replicas == cut) return budget;
-  }
-  return std::nullopt;
 }
 
 // A baseline's micro-batch sizes next to the objective's `from` (rows, or token-based's
@@ -458,6 +435,7 @@ Choice Planner::Impl::search(const GlobalBatch& batch, const BatchingOptions& op
   Choice choice = quick ? quick_search(batch, batching.replicas, schedule, batching.recompute, ranked)
                         : search_replicas(batch, batching.replicas, schedule);
   choice.dp_recompute = batching.recompute;
+  choice.cut_size = batching.size;
   choice.batching = options;
   return choice;
 }
@@ -754,7 +732,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       // recomputation to every micro-batch: not looked at here, which keeps the walk from
       // costing GPT-6.7B pp 4 65k plans ~10% for a cut 19% slower.
       const Recompute mode = cut->recompute;
-      m.walk_sizes(batch, theirs, cut_rows(cut->replicas), *ms,
+      m.walk_sizes(batch, theirs, cut->size, *ms,
                    [&](const BatchingOptions&, const BatchingResult& sized) -> std::optional<double> {
                      if (mode < sized.recompute) return std::nullopt;
                      return rank_cut(baseline, sized);
@@ -816,7 +794,6 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
         if (ms < best.est_ms) best = std::move(other);
         return ms;
       };
-      std::optional<std::int64_t> from;
       if (rows_chosen) {
         BatchingOptions most = m.batching;
         most.size_by_objective = false;
@@ -824,12 +801,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
         if (const auto cut = unless_ruled_out([&] { return make_microbatches(batch, *m.cost, most); })) {
           searched(most, *cut);
         }
-        from = cut_rows(replica_microbatches(by_objective));
-      } else {
-        from = m.token_budget_of(batch, m.batching, replica_microbatches(by_objective));
       }
-      if (from) {
-        m.walk_sizes(batch, m.batching, *from, by_objective.est_ms,
+      if (by_objective.cut_size > 0) {
+        m.walk_sizes(batch, m.batching, by_objective.cut_size, by_objective.est_ms,
                      [&](const BatchingOptions& options, const BatchingResult& cut) {
                        return unless_ruled_out([&] { return searched(options, cut); });
                      });

@@ -113,6 +113,9 @@ struct BatchingResult {
   Recompute recompute = Recompute::None;  // the mode the shapes were costed and fitted for
   double objective_ms = 0;    // max over replicas of Σ t + bubble_weight·(p − 1)·max t
   bool one_in_flight = false; // fitted with k_s = 1 (see the memory rule above)
+  // The size the strategy cut with: rows per micro-batch (padding, the packings), the
+  // token budget (token-based); 0 for the DP strategies.
+  std::int64_t size = 0;
 };
 
 // Segment costs kept between make_microbatches() calls on the same batch and cost model:
