@@ -32,15 +32,31 @@ std::vector<GlobalBatch> first_batches(const PlanConfig& config, int count) {
   return form_global_batches(data, config.global_batch_tokens, count);
 }
 
-double planned_ms(PlanConfig config, const std::vector<StageLayers>& layers, const std::vector<GlobalBatch>& batches) {
+// The summed estimates of `batches` planned on `layers`; fixed_layout false: with
+// interleaving, as balanced compares its candidates.
+double planned_ms(PlanConfig config, const std::vector<StageLayers>& layers, const std::vector<GlobalBatch>& batches,
+                  bool fixed_layout = true) {
   config.stage_layers = layers;
   PlannerOptions options;
-  options.fixed_layout = true;
+  options.fixed_layout = fixed_layout;
   options.verify = false;
   const Planner planner(config, options);
   double total = 0;
   for (const GlobalBatch& batch : batches) total += planner.plan_iteration(batch).est_iteration_ms;
   return total;
+}
+
+// The first two global batches of `config`'s own truncation.
+std::vector<GlobalBatch> first_two_batches(const PlanConfig& config) {
+  const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
+  return form_global_batches(data, config.global_batch_tokens, 2);
+}
+
+// balanced's split chosen on `batches` (all of them).
+std::vector<StageLayers> balanced_on(const PlanConfig& config, const std::vector<GlobalBatch>& batches) {
+  LayerPartitionOptions options;
+  options.joint_batches = static_cast<int>(batches.size());
+  return choose_stage_layers(config, LayerPartition::Balanced, batches, options);
 }
 
 TEST(LayerPartitionTest, NamesRoundTrip) {
@@ -111,11 +127,8 @@ TEST(LayerPartitionTest, BalancedWithDataRespectsEachStagesMemoryRuleAndBeatsUni
   config.model = load_model_spec("t5-11b");
   config.max_target_len = 512;
   config.global_batch_tokens = 65536;
-  const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
-  const std::vector<GlobalBatch> batches = form_global_batches(data, config.global_batch_tokens, 2);
-  LayerPartitionOptions options;
-  options.joint_batches = 2;
-  const std::vector<StageLayers> layers = choose_stage_layers(config, LayerPartition::Balanced, batches, options);
+  const std::vector<GlobalBatch> batches = first_two_batches(config);
+  const std::vector<StageLayers> layers = balanced_on(config, batches);
   ASSERT_EQ(layers.size(), 8u);
   const std::vector<int> counts = layers_per_stage(layers);
   EXPECT_LT(counts.front(), 6);
@@ -147,23 +160,11 @@ TEST(LayerPartitionTest, BalancedKeepsUniformWhereItPlansFaster) {
   config.max_seqlen = 2048;
   config.max_target_len = 2048;
   config.global_batch_tokens = 65536;
-  const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
-  const std::vector<GlobalBatch> batches = form_global_batches(data, config.global_batch_tokens, 2);
-  LayerPartitionOptions options;
-  options.joint_batches = 2;
-  EXPECT_TRUE(choose_stage_layers(config, LayerPartition::Balanced, batches, options).empty());
+  const std::vector<GlobalBatch> batches = first_two_batches(config);
+  EXPECT_TRUE(balanced_on(config, batches).empty());
   // Planned the way balanced compares (interleaving allowed), that split is slower.
-  PlannerOptions planner_options;
-  planner_options.verify = false;
-  auto planned = [&](const std::vector<StageLayers>& layers) {
-    PlanConfig candidate = config;
-    candidate.stage_layers = layers;
-    const Planner planner(candidate, planner_options);
-    double total = 0;
-    for (const GlobalBatch& batch : batches) total += planner.plan_iteration(batch).est_iteration_ms;
-    return total;
-  };
-  EXPECT_LT(planned({}), planned(assign_layers(config.model, {3, 4, 4, 4, 4, 4, 5, 4})));
+  EXPECT_LT(planned_ms(config, {}, batches, /*fixed_layout=*/false),
+            planned_ms(config, assign_layers(config.model, {3, 4, 4, 4, 4, 4, 5, 4}), batches, false));
 }
 
 // balanced also tries the memory-ruled splits of half the memory limit: at 80 GiB the
@@ -180,24 +181,12 @@ TEST(LayerPartitionTest, BalancedTriesTheSplitsOfHalfTheMemory) {
   config.max_target_len = 512;
   config.global_batch_tokens = 65536;
   config.memory_limit_gib = 80;
-  const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
-  const std::vector<GlobalBatch> batches = form_global_batches(data, config.global_batch_tokens, 2);
-  LayerPartitionOptions options;
-  options.joint_batches = 2;
-  const std::vector<StageLayers> chosen = choose_stage_layers(config, LayerPartition::Balanced, batches, options);
+  const std::vector<GlobalBatch> batches = first_two_batches(config);
+  const std::vector<StageLayers> chosen = balanced_on(config, batches);
   const std::vector<StageLayers> full_limit = assign_layers(config.model, {4, 4, 4, 4, 4, 4, 12, 12});
   EXPECT_NE(chosen, full_limit);
-  PlannerOptions planner_options;
-  planner_options.verify = false;
-  auto planned = [&](const std::vector<StageLayers>& layers) {
-    PlanConfig candidate = config;
-    candidate.stage_layers = layers;
-    const Planner planner(candidate, planner_options);
-    double total = 0;
-    for (const GlobalBatch& batch : batches) total += planner.plan_iteration(batch).est_iteration_ms;
-    return total;
-  };
-  EXPECT_LT(planned(chosen), 0.95 * planned(full_limit));
+  EXPECT_LT(planned_ms(config, chosen, batches, /*fixed_layout=*/false),
+            0.95 * planned_ms(config, full_limit, batches, false));
 }
 
 TEST(LayerPartitionTest, EachStrategyGetsItsOwnFasterSplit) {
