@@ -127,6 +127,16 @@ def test_dp_replicas_split_the_batch():
     assert [mb.replica for mb in plan.microbatches] == sorted(mb.replica for mb in plan.microbatches)
 
 
+def test_token_budget_bounds_token_based_micro_batches():
+    plan = dynapipe.Planner(pp=2, strategy="token-based", token_budget=2048).plan(INPUTS, TARGETS)
+    assert plan.microbatches
+    for mb in plan.microbatches:
+        batch, seqlen = mb.shape
+        # A sample alone may exceed the budget; a micro-batch of several never does.
+        assert batch == 1 or batch * seqlen <= 2048
+    assert dynapipe.Planner(strategy="token-based", token_budget=2048).options["token_budget"] == 2048
+
+
 def test_replicated_stages_take_micro_batches_round_robin():
     plan = dynapipe.Planner(pp=2, replicas="2,1", strategy="padding", micro_batch_size=2).plan(INPUTS, TARGETS)
     executors = plan.replicas[0].executors
