@@ -85,11 +85,11 @@ std::vector<PlanOptionSpec> make_table() {
                "Round micro-batch sequence lengths up to this multiple", &O::seqlen_multiple, 1,
                4096));
   t.push_back(row("--micro-batch-size", "micro_batch_size",
-               "Rows per micro-batch for padding/packing strategies (0: the size of the lowest objective, up to the most that fit)",
+               "Rows per micro-batch for padding/packing strategies (0: the fastest of the objective's size, the most that fit and the sizes next to the objective's)",
                &O::micro_batch_size, 0, kMaxLen));
   t.push_back(row("--token-budget", "token_budget",
-               "Padded tokens per micro-batch for token-based (0: the budget of 512, 1024, ..., 65536 planned fastest)",
-               &O::token_budget, 0, kMaxTokens, {}, false));
+               "Padded tokens per micro-batch for token-based (0: the fastest of the objective's budget among 512, 1024, ..., 65536 and the budgets next to it)",
+               &O::token_budget, 0, kMaxTokens));
   t.push_back(row("--recompute", "recompute",
                "One recompute mode for every micro-batch (auto: the planner picks)", &O::recompute, 0,
                0, {"auto", "none", "selective", "full"}));
