@@ -163,7 +163,7 @@ std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts&
   if (options.token_budget > 0) {
     budgets.push_back(options.token_budget);
   } else {
-    for (std::int64_t b = 512; b <= 65536; b *= 2) budgets.push_back(b);
+    for (std::int64_t b = kSmallestTokenBudget; b <= kLargestTokenBudget; b *= 2) budgets.push_back(b);
   }
   std::optional<Candidate> best;
   for (std::int64_t budget : budgets) {

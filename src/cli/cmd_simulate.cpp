@@ -119,7 +119,7 @@ void run_simulate(const SimulateFlags& flags) {
       if (row.error) std::rethrow_exception(row.error);
       if (result->error) std::rethrow_exception(result->error);
     } catch (const Error& e) {
-      if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+      if (!rules_out_option(e)) throw;
       table.add_row({strategy, schedule, "-", "-", "-", "-", "-",
                      e.kind() == ErrorKind::Infeasible ? "infeasible" : "n/a", layers, "-", "-"});
       const std::string why = cat(schedule, ": ", e.what());

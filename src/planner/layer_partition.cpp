@@ -2,6 +2,7 @@
 #include "dynapipe/planner/layer_partition.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <cmath>
 #include <limits>
 
@@ -76,20 +77,30 @@ CostModelOptions unit_options(const PlanConfig& config) {
 // memory rule for one --max-seqlen row: stage s keeps pp − s such rows in flight besides its
 // weights, so early stages, tight on activations, take fewer layers and late ones can hold
 // more. One split per recompute mode (none, selective, full) whose activations some split
-// fits with, lightest first, duplicates left out; empty where none fits.
-std::vector<std::vector<int>> memory_ruled_splits(const PlanConfig& config, const std::vector<GlobalBatch>& batches) {
+// fits with, lightest first; then the same under each further share of the memory limit
+// (`limit_shares`, the whole limit first); duplicates left out, empty where none fits. The
+// layers' times and memory are costed once for every share.
+std::vector<std::vector<int>> memory_ruled_splits(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
+                                                  std::initializer_list<double> limit_shares = {1.0}) {
   const CostModelOptions options = unit_options(config);
   const WorkShapes work = work_shapes(config, batches);
   const std::vector<double> units = layer_unit_ms(config.cost_model, config.model, options, work.shapes,
                                                   std::vector<double>(work.shapes.size(), 1.0), work.densities);
+  std::vector<UnitMemory> unit_memory;
+  for (Recompute recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    unit_memory.push_back(layer_unit_memory(config.cost_model, config.model, options, longest_row(config), recompute));
+  }
   StageMemoryRule rule;
   for (int s = 0; s < config.pp; ++s) rule.in_flight.push_back(config.pp - s);
-  rule.limit_bytes = memory_limit_bytes(config);
+  const std::int64_t limit_bytes = memory_limit_bytes(config);
   std::vector<std::vector<int>> splits;
-  for (Recompute recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-    rule.units = layer_unit_memory(config.cost_model, config.model, options, longest_row(config), recompute);
-    std::optional<std::vector<int>> counts = balance_layer_counts(units, config.pp, rule);
-    if (counts && std::find(splits.begin(), splits.end(), *counts) == splits.end()) splits.push_back(*counts);
+  for (double share : limit_shares) {
+    rule.limit_bytes = static_cast<std::int64_t>(share * static_cast<double>(limit_bytes));
+    for (const UnitMemory& memory : unit_memory) {
+      rule.units = memory;
+      std::optional<std::vector<int>> counts = balance_layer_counts(units, config.pp, rule);
+      if (counts && std::find(splits.begin(), splits.end(), *counts) == splits.end()) splits.push_back(*counts);
+    }
   }
   return splits;
 }
@@ -133,9 +144,10 @@ double planned_ms(const PlanConfig& config, const std::vector<int>& counts, cons
 // split where none fits). With batches, the fastest as planned on the first of them (the
 // planner's full search, interleaving included; ties keep the earlier) of: the uniform
 // split, the time-only split of one --max-seqlen row, and the memory-ruled splits of the
-// batches' work under the memory limit and under half of it. The work balance alone misleads both ways: it ignores zb1p's memory rule
-// (pp in flight on every stage), interleaving, which suits even splits, and how small the
-// micro-batches must get on a stage its weights nearly fill.
+// batches' work under the memory limit and under half of it. The work balance alone
+// misleads both ways: it ignores zb1p's memory rule (pp in flight on every stage),
+// interleaving, which suits even splits, and how small the micro-batches must get on a
+// stage its weights nearly fill.
 std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
                                  const LayerPartitionOptions& options) {
   if (batches.empty()) {
@@ -146,15 +158,12 @@ std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<Glo
   const std::vector<GlobalBatch> first(batches.begin(), batches.begin() + num_batches);
   std::vector<std::vector<int>> candidates = {layers_per_stage(assign_layers_uniform(config.model, config.pp)),
                                               time_only_counts(config)};
-  for (std::vector<int>& ruled : memory_ruled_splits(config, first)) candidates.push_back(std::move(ruled));
-  // And as ruled by half the memory: the splits of the full limit can fill every stage
+  // Also as ruled by half the memory: the splits of the full limit can fill every stage
   // with weights and 1F1B activations, leaving the plans small micro-batches or
   // recomputation (T5-11B pp 8 at 80 GiB on the measured H100 profile, max seqlen 1024:
   // 4,4,4,4,4,4,12,12 at ~78 GiB per stage, 1151.0 ms; half the limit's 4,5,4,5,5,8,8,9,
   // 1056.4).
-  PlanConfig half = config;
-  half.memory_limit_gib = static_cast<double>(memory_limit_bytes(config)) / 2 / static_cast<double>(gib_to_bytes(1));
-  for (std::vector<int>& ruled : memory_ruled_splits(half, first)) candidates.push_back(std::move(ruled));
+  for (std::vector<int>& ruled : memory_ruled_splits(config, first, {1.0, 0.5})) candidates.push_back(std::move(ruled));
   std::vector<int> best = candidates.front();
   double best_ms = planned_ms(config, best, batches, num_batches, /*fixed_layout=*/false);
   for (std::size_t c = 1; c < candidates.size(); ++c) {

@@ -154,12 +154,6 @@ double percentile(std::vector<double> values, double q) {
   return values[lo] + (rank - lo) * (values[hi] - values[lo]);
 }
 
-// Whether an error only rules one option of the search out (nothing fits that memory rule
-// or size, or no schedule candidate applies), so the search keeps the others.
-bool rules_out_option(const Error& e) {
-  return e.kind() == ErrorKind::Infeasible || e.kind() == ErrorKind::Unsupported;
-}
-
 template <typename T>
 struct AsOptional {
   using type = std::optional<T>;
@@ -370,9 +364,6 @@ struct Planner::Impl {
   void walk_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,
                   double from_ms, Score&& score) const;
 };
-
-// token-based's budgets (BatchingOptions::token_budget), as it tries them by objective.
-constexpr std::int64_t kSmallestTokenBudget = 512, kLargestTokenBudget = 65536;
 
 // The size next to `size` of a baseline's micro-batches, up (direction 1) or down (−1):
 // rows one at a time (padding, the packings), token budgets doubled or halved
@@ -778,10 +769,11 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
       // 512: packing-varlen 1.00x dynapipe with the most that fit, 0.96x by the objective;
       // pp 8 at 2048: 806.1 ms with 2 rows, 883.6 with the objective's 1, 931.1 with the
       // most, 4).
-      const Choice by_objective = best;
+      const double objective_ms = best.est_ms;
+      const std::int64_t objective_size = best.cut_size;
       // Each cut is searched once: the walk passes the objective's and the most's sizes.
       std::vector<std::pair<std::vector<std::vector<MicroBatch>>, double>> searched_cuts{
-          {replica_microbatches(by_objective), by_objective.est_ms}};
+          {replica_microbatches(best), objective_ms}};
       auto searched = [&](const BatchingOptions& options, const BatchingResult& cut) {
         for (const auto& [replicas, ms] : searched_cuts) {
           if (replicas == cut.replicas) return ms;
@@ -802,8 +794,8 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
           searched(most, *cut);
         }
       }
-      if (by_objective.cut_size > 0) {
-        m.walk_sizes(batch, m.batching, by_objective.cut_size, by_objective.est_ms,
+      if (objective_size > 0) {
+        m.walk_sizes(batch, m.batching, objective_size, objective_ms,
                      [&](const BatchingOptions& options, const BatchingResult& cut) {
                        return unless_ruled_out([&] { return searched(options, cut); });
                      });

@@ -174,7 +174,7 @@ TuneResult tune(const std::vector<Sample>& samples, const std::vector<SampleId>&
       try {
         std::rethrow_exception(point.error);
       } catch (const Error& e) {
-        if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
+        if (!rules_out_option(e)) throw;
       }
       continue;
     }

@@ -52,6 +52,9 @@ enum class VarlenOrder : std::uint8_t {
   PackedRows,  // order_packed_rows(): packing-varlen's rows in sequence
 };
 
+// token-based's budgets where none is given: 512, 1024, ..., 65536 padded tokens.
+inline constexpr std::int64_t kSmallestTokenBudget = 512, kLargestTokenBudget = 65536;
+
 struct BatchingOptions {
   Strategy strategy = Strategy::DynaPipe;
   ModelKind kind = ModelKind::Gpt;

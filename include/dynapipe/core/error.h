@@ -46,6 +46,12 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
+// Whether `e` only rules out the option a search tried (nothing fits that memory rule or
+// size, or no schedule applies: Infeasible, Unsupported), so the search keeps the others.
+inline bool rules_out_option(const Error& e) {
+  return e.kind() == ErrorKind::Infeasible || e.kind() == ErrorKind::Unsupported;
+}
+
 namespace detail {
 [[noreturn]] void check_failed(const char* condition, const char* file, int line,
                                const std::string& message);
