@@ -741,9 +741,43 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
 // that no baseline is compared without the search its rival had.
 Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice) const {
   if (options.random_orders <= 0 || !(idle_share(choice) > kRandomOrdersIdleShare)) return choice;
-  const SearchResult& chosen = choice.replicas.front().best;
+  const Recompute mode = choice.replicas.front().best.recompute;
+  const bool one_mode = std::ranges::all_of(
+      choice.replicas, [&](const ReplicaChoice& r) { return r.best.recompute == mode; });
+  if (one_mode) {
+    // The full search that made `choice` ran these candidates in the deterministic
+    // orders: only the random ones run, each against its replica's makespan so far.
+    std::vector<std::optional<std::pair<std::vector<SearchCandidate>, SearchResult>>> better(
+        choice.replicas.size());
+    double est_ms = 0;
+    for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
+      const ReplicaChoice& replica = choice.replicas[r];
+      SearchOptions search_options;
+      search_options.seed = config.seed;
+      search_options.random_orders = options.random_orders;
+      search_options.searched_orders = search_options.max_orders;
+      search_options.max_orders += options.random_orders;
+      search_options.beat_ms = replica.best.sim.makespan_ms;
+      std::vector<SearchCandidate> candidates =
+          own_mode_candidates(choice.schedule, replica.microbatches, mode);
+      for (SearchCandidate& c : candidates) c.problem.vertical_sync = config.vertical_sync;
+      SearchResult result = search_schedule(candidates, search_options);
+      est_ms = std::max(est_ms, result.found ? result.sim.makespan_ms : replica.best.sim.makespan_ms);
+      if (result.found) better[r].emplace(std::move(candidates), std::move(result));
+    }
+    if (!(est_ms < choice.est_ms)) return choice;
+    for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
+      if (!better[r]) continue;
+      choice.replicas[r].candidates = std::move(better[r]->first);
+      choice.replicas[r].best = std::move(better[r]->second);
+    }
+    choice.est_ms = est_ms;
+    return choice;
+  }
+  // Replicas in different modes: the given mode's deterministic orders were not all
+  // searched on every replica, so they run again with the random ones.
   Choice again = search_replicas(batch, replica_microbatches(choice), choice.schedule,
-                                 /*quick=*/true, chosen.recompute, /*permute=*/true,
+                                 /*quick=*/true, mode, /*permute=*/true,
                                  /*record=*/true, options.random_orders);
   if (!(again.est_ms < choice.est_ms)) return choice;
   again.batching = choice.batching;

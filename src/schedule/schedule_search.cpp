@@ -120,6 +120,14 @@ void SearchOptions::validate() const {
     throw Error(ErrorKind::InvalidArgument,
                 cat("search options: max_orders must be >= 1, got ", max_orders));
   }
+  if (searched_orders < 0) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("search options: searched_orders must be >= 0, got ", searched_orders));
+  }
+  if (!(beat_ms > 0)) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("search options: beat_ms must be > 0, got ", beat_ms));
+  }
 }
 
 SearchResult search_schedule(std::span<const SearchCandidate> candidates,
@@ -143,6 +151,8 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   SimResult best_sim;  // the winner's unrecorded run (!options.record_winner)
   // The last cyclic candidate's index, micro-batch orders and built orders (wait-free-cyclic
   // builds the same orders without the barriers).
+  // What a result must beat: the best so far, else SearchOptions::beat_ms (+inf: none).
+  auto to_beat = [&] { return best >= 0 ? best_ms : options.beat_ms; };
   int cyclic_candidate = -1;
   std::vector<std::vector<int>> cyclic_mb_orders;
   std::vector<ScheduleOrder> cyclic_orders;
@@ -156,15 +166,21 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     }
     const Schedule& schedule = *it->second;
     // No order of this candidate can beat the best so far (ties keep the earlier one).
-    if (best >= 0 && makespan_lower_bound_ms(candidate.problem) >= best_ms) {
+    if (makespan_lower_bound_ms(candidate.problem) >= to_beat()) {
       ++result.pruned;
       continue;
     }
     const std::string label =
         cat(schedule_kind_name(candidate.schedule), ", recompute ", recompute_name(candidate.recompute));
     const bool permute = options.permute && (schedule.adaptive() || options.permute_fixed);
-    const std::vector<std::vector<int>> orders =
-        micro_batch_orders(candidate.problem, permute, options);
+    std::vector<std::vector<int>> orders = micro_batch_orders(candidate.problem, permute, options);
+    if (options.searched_orders > 0) {  // the earlier search's orders lead the list
+      SearchOptions earlier = options;
+      earlier.max_orders = options.searched_orders;
+      earlier.random_orders = 0;
+      const std::size_t searched = micro_batch_orders(candidate.problem, permute, earlier).size();
+      orders.erase(orders.begin(), orders.begin() + static_cast<std::ptrdiff_t>(searched));
+    }
     // wait-free-cyclic right after cyclic on an equal problem (make_search_candidates'
     // order) takes cyclic's orders, barriers dropped, rather than building them again.
     const bool keep_cyclic = options.shortcuts && candidate.schedule == ScheduleKind::Cyclic;
@@ -180,7 +196,8 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     }
 
     // The given order alone (quick searches, fixed schedules): no permuted copy.
-    const bool given_only = orders.size() == 1;
+    const bool given_only =
+        orders.size() == 1 && std::is_sorted(orders.front().begin(), orders.front().end());
     PipelineProblem permuted = given_only ? PipelineProblem{} : candidate.problem;
     const PipelineProblem& problem = given_only ? candidate.problem : permuted;
     bool fitted = false;
@@ -192,7 +209,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         }
       }
       // Once something fits, a build or run stops where it can no longer beat it.
-      const double stop_at_ms = best >= 0 ? best_ms : Schedule::kNoStop;
+      const double stop_at_ms = to_beat();
       std::string why_not;
       bool stopped = false;
       std::optional<ScheduleOrder> order;
@@ -254,7 +271,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         continue;
       }
       fitted = true;
-      if (best < 0 || scratch.makespan_ms < best_ms) {
+      if (scratch.makespan_ms < to_beat()) {
         best = ci;
         best_ms = scratch.makespan_ms;
         best_order = mb_order;
@@ -268,6 +285,10 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     }
   }
 
+  if (best < 0 && options.beat_ms < std::numeric_limits<double>::infinity()) {
+    result.found = false;  // nothing beat the earlier search
+    return result;
+  }
   if (best < 0) {
     if (!any_applies) {
       throw Error(ErrorKind::Unsupported,

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/rng.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/schedule/simulator.h"
 #include "schedule/schedule_test_util.h"
@@ -246,6 +248,71 @@ TEST(ScheduleSearchTest, ErrorsNameTheProblem) {
   SearchOptions bad;
   bad.max_orders = 0;
   EXPECT_THROW(search_schedule(candidates_for({"1f1b"}, p), bad), Error);
+  for (auto spoil : {+[](SearchOptions& o) { o.searched_orders = -1; },
+                     +[](SearchOptions& o) { o.beat_ms = 0; },
+                     +[](SearchOptions& o) { o.beat_ms = std::nan(""); }}) {
+    SearchOptions options;
+    spoil(options);
+    try {
+      search_schedule(candidates_for({"1f1b"}, p), options);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr("search options: "));
+    }
+  }
+}
+
+// The planner's random orders after a full search (searched_orders, beat_ms): random
+// problems over every schedule, searched first with the default orders, then again with
+// only the orders that search skipped against its makespan, give exactly what one search
+// of all those orders gives: its winner where it beats the first search, else !found.
+TEST(ScheduleSearchTest, OrdersAddedToASearchFindWhatOneSearchFinds) {
+  Rng rng(11);
+  int improved = 0, not_improved = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    const int devices = static_cast<int>(rng.uniform_int(2, 5));
+    const int m = static_cast<int>(rng.uniform_int(2, 24));
+    const PipelineProblem plain = testing::random_problem(rng, m, devices, 1);
+    const PipelineProblem interleaved = testing::random_problem(rng, m, devices, 2);
+    std::vector<SearchCandidate> candidates;
+    for (ScheduleKind kind : schedule_kinds()) {
+      candidates.push_back(
+          {kind, Recompute::None, make_schedule(kind)->needs_virtual_stages() ? interleaved : plain});
+    }
+    const SearchOptions first;
+    SearchOptions all = first;
+    all.random_orders = static_cast<int>(rng.uniform_int(1, 8));
+    all.max_orders += all.random_orders;
+    all.seed = static_cast<std::uint64_t>(trial);
+    SearchOptions added = all;
+    added.searched_orders = first.max_orders;
+    const SearchResult before = search_schedule(candidates, first);
+    added.beat_ms = before.sim.makespan_ms;
+    const SearchResult one = search_schedule(candidates, all);
+    const SearchResult more = search_schedule(candidates, added);
+    // Makespans a few ulps apart are one tie: the builders' clocks, the simulator and the
+    // lower bound add the same times in different orders.
+    const double ulps = 1e-12 * before.sim.makespan_ms;
+    if (!(one.sim.makespan_ms < before.sim.makespan_ms - ulps)) {
+      EXPECT_TRUE(!more.found || more.sim.makespan_ms >= before.sim.makespan_ms - ulps)
+          << "trial " << trial;
+      ++not_improved;
+      continue;
+    }
+    ASSERT_TRUE(more.found) << "trial " << trial;
+    ++improved;
+    EXPECT_EQ(more.candidate, one.candidate) << "trial " << trial;
+    EXPECT_EQ(more.mb_order, one.mb_order) << "trial " << trial;
+    EXPECT_EQ(more.order.device_ops, one.order.device_ops);
+    EXPECT_EQ(more.sim.makespan_ms, one.sim.makespan_ms);
+    EXPECT_EQ(more.sim.peak_memory_bytes, one.sim.peak_memory_bytes);
+    EXPECT_LT(more.simulations + more.unsimulated + more.stopped_builds,
+              one.simulations + one.unsimulated + one.stopped_builds);
+  }
+  // Both outcomes occur.
+  EXPECT_GT(improved, 10);
+  EXPECT_GT(not_improved, 10);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,6 +61,14 @@ struct SearchOptions {
   // (Schedule::timed) is not simulated: its own clock gives the makespan and busy times,
   // a memory pass the peaks. Default: on.
   bool shortcuts = true;
+  // A search that adds orders to an earlier one over the same candidates (random orders
+  // after a full search): that search's max_orders (with no random orders), whose orders
+  // this list starts with and which are not tried again, >= 0. Default: 0 (none).
+  int searched_orders = 0;
+  // The makespan the earlier search found: only a strictly shorter one counts, builds and
+  // runs stop once they cannot beat it, and where nothing beats it the search returns
+  // SearchResult::found false instead of throwing. Default: +inf (none).
+  double beat_ms = std::numeric_limits<double>::infinity();
   void validate() const;  // throws InvalidArgument naming the field
 };
 
@@ -76,6 +85,7 @@ std::vector<std::vector<int>> micro_batch_orders(const PipelineProblem& problem,
                                                  const SearchOptions& options);
 
 struct SearchResult {
+  bool found = true;            // false only where nothing beat SearchOptions::beat_ms
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   Recompute recompute = Recompute::None;
   int candidate = 0;            // index into the candidates given
