@@ -347,12 +347,15 @@ struct Planner::Impl {
   // random_orders: also try that many seeded random orders (where orders are permuted).
   // max_orders: try at most that many orders (0: SearchOptions' default). other_modes: a
   // quick search whose mode fits no schedule tries every mode (true) or throws (false).
+  // beat_ms: only a plan faster than this counts; where some replica cannot beat it the
+  // result has est_ms +inf and no replicas (SearchOptions::beat_ms).
   Choice search_replicas(const GlobalBatch& batch,
                          const std::vector<std::vector<MicroBatch>>& replicas,
                          ScheduleKind schedule, bool quick = false,
                          Recompute recompute = Recompute::None, bool permute = false,
                          bool record = true, int random_orders = 0, int max_orders = 0,
-                         bool other_modes = true) const;
+                         bool other_modes = true,
+                         double beat_ms = std::numeric_limits<double>::infinity()) const;
   Choice choose(const GlobalBatch& batch) const;
   Choice with_random_orders(const GlobalBatch& batch, Choice choice) const;
   // make_search_candidates() for one recompute mode: only that mode's problems are costed.
@@ -476,7 +479,8 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
                                       const std::vector<std::vector<MicroBatch>>& replicas,
                                       ScheduleKind schedule, bool quick,
                                       Recompute recompute, bool permute, bool record,
-                                      int random_orders, int max_orders, bool other_modes) const {
+                                      int random_orders, int max_orders, bool other_modes,
+                                      double beat_ms) const {
   const Impl& m = *this;
   Choice choice;
   choice.schedule = schedule;
@@ -494,6 +498,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     search_options.random_orders = random_orders;
     if (max_orders > 0) search_options.max_orders = max_orders;
     search_options.max_orders += random_orders;
+    search_options.beat_ms = beat_ms;
     auto with_vertical_sync = [&](std::vector<SearchCandidate> candidates) {
       for (SearchCandidate& c : candidates) c.problem.vertical_sync = m.config.vertical_sync;
       return candidates;
@@ -533,6 +538,11 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
       }
     } catch (const Error& e) {
       throw Error(e.kind(), cat("iteration ", batch.index, " replica ", r, ": ", e.what()));
+    }
+    if (!replica.best.found) {  // the slowest replica cannot beat beat_ms
+      choice.replicas.clear();
+      choice.est_ms = std::numeric_limits<double>::infinity();
+      return choice;
     }
     choice.est_ms = std::max(choice.est_ms, replica.best.sim.makespan_ms);
     choice.replicas.push_back(std::move(replica));
@@ -855,10 +865,13 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   // mode: only that recompute mode, orders permuted (other_modes: every mode if that one
   // fits no schedule); none given: every mode. schedule: the --schedule value searched
   // (none given: the choice's).
+  // beat_ms (a mode-less search only): a result no faster than this is not needed and
+  // returns +inf (search_replicas()).
   auto search_in_full = [&](const Choice& ranked_choice,
                             std::optional<Recompute> mode = std::nullopt,
                             bool other_modes = true,
-                            std::optional<ScheduleKind> schedule_given = std::nullopt) -> double {
+                            std::optional<ScheduleKind> schedule_given = std::nullopt,
+                            double beat_ms = std::numeric_limits<double>::infinity()) -> double {
     const ScheduleKind schedule = schedule_given.value_or(ranked_choice.schedule);
     for (const Searched& s : searched) {
       if (s.mode == mode && s.schedule == schedule && same_cut(*s.ranked_choice, ranked_choice)) {
@@ -868,7 +881,12 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
     Choice full = mode ? m.search_replicas(batch, replicas, schedule, true, *mode,
                                            /*permute=*/true, /*record=*/true, 0, 0, other_modes)
-                       : m.search_replicas(batch, replicas, schedule);
+                       : m.search_replicas(batch, replicas, schedule, false, Recompute::None,
+                                           false, true, 0, 0, true, beat_ms);
+    if (full.replicas.empty()) {  // it could not beat beat_ms
+      searched.push_back({&ranked_choice, schedule, mode, full.est_ms});
+      return full.est_ms;
+    }
     full.batching = ranked_choice.batching;
     full.dp_recompute = ranked_choice.dp_recompute;
     full.baseline_cut = ranked_choice.baseline_cut;
@@ -885,12 +903,19 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   double others_best_ms = std::numeric_limits<double>::infinity();
   for (const Choice& ranked_choice : ranked) {
     if (ranked_choice.baseline_cut) continue;
+    // Each full search needs only to beat what its result is compared with: the padded
+    // cut the choice so far, the others the best of the others (it sets the baseline
+    // cuts' window below), so builds stop there.
     if (ranked_choice.batching.varlen_padded_cut) {
-      if (rank++ < kFullSearches) search_in_full(ranked_choice);
+      if (rank++ < kFullSearches) {
+        search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
+                       choice ? choice->est_ms : std::numeric_limits<double>::infinity());
+      }
       continue;
     }
     if (++rank, others_searched++ == kFullSearches) break;
-    others_best_ms = std::min(others_best_ms, search_in_full(ranked_choice));
+    others_best_ms = std::min(others_best_ms, search_in_full(ranked_choice, std::nullopt, true,
+                                                             std::nullopt, others_best_ms));
   }
   // The baselines' cuts, then, each whose quick estimate is within kBaselineWindow of the
   // best full result of the three (the padded cut left out, so that option never changes

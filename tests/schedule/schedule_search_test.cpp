@@ -291,6 +291,16 @@ TEST(ScheduleSearchTest, OrdersAddedToASearchFindWhatOneSearchFinds) {
     added.beat_ms = before.sim.makespan_ms;
     const SearchResult one = search_schedule(candidates, all);
     const SearchResult more = search_schedule(candidates, added);
+    // beat_ms alone: the same winner where it beats the bar, else none.
+    SearchOptions above = all, at = all;
+    above.beat_ms = one.sim.makespan_ms * 1.01;
+    at.beat_ms = one.sim.makespan_ms;
+    const SearchResult under_bar = search_schedule(candidates, above);
+    ASSERT_TRUE(under_bar.found) << "trial " << trial;
+    EXPECT_EQ(under_bar.candidate, one.candidate) << "trial " << trial;
+    EXPECT_EQ(under_bar.mb_order, one.mb_order) << "trial " << trial;
+    EXPECT_EQ(under_bar.sim.makespan_ms, one.sim.makespan_ms) << "trial " << trial;
+    EXPECT_FALSE(search_schedule(candidates, at).found) << "trial " << trial;
     // Makespans a few ulps apart are one tie: the builders' clocks, the simulator and the
     // lower bound add the same times in different orders.
     const double ulps = 1e-12 * before.sim.makespan_ms;
