@@ -36,8 +36,10 @@ class ThresholdDp {
       if (rows_monotone_) {
         // The segments within the threshold lead the row. Only f is kept (reconstruct()
         // finds the cuts), so the update is a plain min the compiler can vectorise.
-        const std::size_t len = static_cast<std::size_t>(
-            std::upper_bound(row.begin(), row.end(), threshold) - row.begin());
+        const std::size_t len =
+            row.empty() || row.back() <= threshold
+                ? row.size()
+                : static_cast<std::size_t>(std::upper_bound(row.begin(), row.end(), threshold) - row.begin());
         for (std::size_t c = 0; c < len; ++c) f[c] = std::min(f[c], f_i + row[c]);
         reach_[i] = i + static_cast<int>(len);
         continue;
@@ -253,22 +255,28 @@ class ThresholdSearch {
   // The largest segment time T in [floor, t_up] below range.hi that could still improve
   // (w·f_hi + (p−1)·T < incumbent); -inf if none.
   double largest_threshold(const Range& range, double floor, double t_up) const {
-    auto could_improve = [&](double t) {
-      return t < range.hi && t <= t_up && weight_ * range.f_hi + slope_ * t < best_.objective_ms;
-    };
-    double best = -kInf;
+    // Loop invariants in locals: the rows are doubles too, so the compiler would reload
+    // the members after every row read.
+    const double hi = range.hi, sum_part = weight_ * range.f_hi, slope = slope_,
+                 best = best_.objective_ms;
+    auto could_improve = [=](double t) { return t < hi && t <= t_up && sum_part + slope * t < best; };
+    double largest = -kInf;
     for (int i = 0; i < table_.size(); ++i) {
       const std::span<const double> row = table_.row(i);
       if (rows_monotone_) {
-        const auto it = std::partition_point(row.begin(), row.end(), could_improve);
-        if (it != row.begin() && *(it - 1) >= floor) best = std::max(best, *(it - 1));
+        // A row whose last time is no larger, or whose first cannot improve, adds nothing.
+        if (row.empty() || !(row.back() > largest) || !could_improve(row.front())) continue;
+        const auto it = could_improve(row.back())
+                            ? row.end()
+                            : std::partition_point(row.begin(), row.end(), could_improve);
+        if (*(it - 1) >= floor) largest = std::max(largest, *(it - 1));
       } else {
         for (double t : row) {
-          if (t >= floor && could_improve(t)) best = std::max(best, t);
+          if (t >= floor && could_improve(t)) largest = std::max(largest, t);
         }
       }
     }
-    return best;
+    return largest;
   }
 
   // Bisection over sorted thresholds `c` (the thinned search).
