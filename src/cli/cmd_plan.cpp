@@ -14,6 +14,7 @@
 #include "cli/run_planner.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/parallel.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/plan/plan_json.h"
 #include "dynapipe/report/iteration_stats.h"
@@ -127,19 +128,28 @@ void run_plan(const PlanFlags& flags) {
       std::size_t job = 0;       // its index in `jobs`, when it has one
     };
     std::vector<Baseline> baselines;
-    std::vector<PlanJob> jobs;
-    std::deque<std::vector<GlobalBatch>> own_batches;  // packing-megatron's (stable addresses)
+    std::vector<PlanConfig> others;  // per baseline
     for (Strategy strategy : comparison_strategies(config.strategy)) {
       if (strategy == config.strategy) continue;
-      PlanConfig other = config;
-      other.strategy = strategy;
-      Baseline& baseline = baselines.emplace_back();
-      baseline.name = strategy_name(strategy);
-      try {
-        // Each baseline on its own best split (docs/partition.md), not dynapipe's.
-        other.stage_layers = stage_layers_for(flags.common, other);
-      } catch (...) {
-        baseline.error = std::current_exception();
+      others.push_back(config);
+      others.back().strategy = strategy;
+      baselines.emplace_back().name = strategy_name(strategy);
+    }
+    // Each baseline on its own best split (docs/partition.md), not dynapipe's: chosen on
+    // the planner threads, on samples read once.
+    const std::vector<GlobalBatch> split_batches = partition_batches(flags.common, config);
+    const std::vector<std::exception_ptr> split_errors =
+        run_indexed(others.size(), threads, [&](std::size_t b) {
+          others[b].stage_layers = stage_layers_for(flags.common, others[b], split_batches);
+        });
+    std::vector<PlanJob> jobs;
+    std::deque<std::vector<GlobalBatch>> own_batches;  // packing-megatron's (stable addresses)
+    for (std::size_t b = 0; b < baselines.size(); ++b) {
+      Baseline& baseline = baselines[b];
+      const PlanConfig& other = others[b];
+      const Strategy strategy = other.strategy;
+      if (split_errors[b]) {
+        baseline.error = split_errors[b];
         continue;
       }
       // packing-megatron's global batches are rows-based; the others share token batches.

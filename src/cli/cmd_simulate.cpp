@@ -12,6 +12,7 @@
 #include "cli/run_planner.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/parallel.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/model_spec.h"
@@ -74,7 +75,7 @@ void run_simulate(const SimulateFlags& flags) {
     std::size_t job = 0;       // its index in `jobs`, when it has one
   };
   std::vector<Row> rows;
-  std::vector<PlanJob> jobs;
+  std::vector<PlanConfig> configs;  // per row
   for (const std::string& strategy : strategies) {
     const bool megatron = *parse_strategy(strategy) == Strategy::PackingMegatron;
     if (megatron && megatron_batches.empty()) {
@@ -86,26 +87,36 @@ void run_simulate(const SimulateFlags& flags) {
       Row& row = rows.emplace_back();
       row.strategy = strategy;
       row.schedule = schedule;
-      PlanConfig config = base;
+      PlanConfig& config = configs.emplace_back(base);
       config.strategy = *parse_strategy(strategy);
       config.schedule = *parse_schedule_kind(schedule);
-      try {
-        // Every row on its own best split (docs/partition.md): a baseline compared in its
-        // strongest form, not on the split chosen for --strategy.
-        if (config.strategy != base.strategy || config.schedule != base.schedule) {
-          config.stage_layers = stage_layers_for(flags.common, config);
-        }
-        row.layers = join(layers_per_stage(config.stage_layers.empty()
-                                               ? assign_layers_uniform(config.model, config.pp)
-                                               : config.stage_layers),
-                          ",");
-      } catch (...) {
-        row.error = std::current_exception();
-        continue;
-      }
-      row.job = jobs.size();
-      jobs.push_back({config, megatron ? &megatron_batches : &batches});
     }
+  }
+  // Every row on its own best split (docs/partition.md): a baseline compared in its
+  // strongest form, not on the split chosen for --strategy. The splits are chosen on the
+  // planner threads (each one plans its candidate splits), on samples read once.
+  const std::vector<GlobalBatch> split_batches = partition_batches(flags.common, base);
+  const std::vector<std::exception_ptr> split_errors =
+      run_indexed(rows.size(), threads, [&](std::size_t r) {
+        PlanConfig& config = configs[r];
+        if (config.strategy != base.strategy || config.schedule != base.schedule) {
+          config.stage_layers = stage_layers_for(flags.common, config, split_batches);
+        }
+      });
+  std::vector<PlanJob> jobs;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    Row& row = rows[r];
+    if (split_errors[r]) {
+      row.error = split_errors[r];
+      continue;
+    }
+    const PlanConfig& config = configs[r];
+    row.layers = join(layers_per_stage(config.stage_layers.empty()
+                                           ? assign_layers_uniform(config.model, config.pp)
+                                           : config.stage_layers),
+                      ",");
+    row.job = jobs.size();
+    jobs.push_back({config, config.strategy == Strategy::PackingMegatron ? &megatron_batches : &batches});
   }
   std::vector<PlanJobResult> results = plan_jobs(jobs, threads, "simulate");
 

@@ -191,21 +191,27 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   return config;
 }
 
-std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config) {
+std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const PlanConfig& config) {
   const LayerPartition partition = *parse_layer_partition(options.partition);  // validated above
-  std::vector<GlobalBatch> batches;
   // balanced weighs the layers by the first batches' work when the samples are known.
   const bool wants_batches = partition == LayerPartition::Joint ||
                              (partition == LayerPartition::Balanced && !config.samples_path.empty());
-  if (wants_batches && config.pp > 1) {
-    if (config.samples_path.empty()) {
-      throw Error(ErrorKind::InvalidArgument, "--partition joint needs the samples file (--samples / --data)");
-    }
-    const LayerPartitionOptions defaults;
-    const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
-    batches = form_global_batches(data, config.global_batch_tokens, defaults.joint_batches);
+  if (!wants_batches || config.pp <= 1) return {};
+  if (config.samples_path.empty()) {
+    throw Error(ErrorKind::InvalidArgument, "--partition joint needs the samples file (--samples / --data)");
   }
-  return choose_stage_layers(config, partition, batches);
+  const LayerPartitionOptions defaults;
+  const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
+  return form_global_batches(data, config.global_batch_tokens, defaults.joint_batches);
+}
+
+std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,
+                                          const std::vector<GlobalBatch>& batches) {
+  return choose_stage_layers(config, *parse_layer_partition(options.partition), batches);
+}
+
+std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config) {
+  return stage_layers_for(options, config, partition_batches(options, config));
 }
 
 }  // namespace dynapipe

@@ -212,6 +212,21 @@ TEST(LayerPartitionTest, EachStrategyGetsItsOwnFasterSplit) {
   // Each plans faster on its own split, as balanced plans them (the first 4 batches).
   const Dataset data = Dataset::load(dynapipe.samples_path, truncation_limits(dynapipe));
   const std::vector<GlobalBatch> batches = form_global_batches(data, dynapipe.global_batch_tokens, 4);
+  // partition_batches() reads those batches once for every strategy (simulate, plan's
+  // comparison): the same splits.
+  const std::vector<GlobalBatch> read_once = partition_batches(options, dynapipe);
+  ASSERT_EQ(read_once.size(), batches.size());
+  auto ids = [](const GlobalBatch& batch) {
+    std::vector<SampleId> out;
+    for (const Sample& sample : batch.samples) out.push_back(sample.id);
+    return out;
+  };
+  for (std::size_t b = 0; b < batches.size(); ++b) EXPECT_EQ(ids(read_once[b]), ids(batches[b]));
+  EXPECT_EQ(stage_layers_for(options, token_based, read_once), token_based.stage_layers);
+  EXPECT_EQ(stage_layers_for(options, dynapipe, read_once), dynapipe.stage_layers);
+  PlanOptions uniform = options;
+  uniform.partition = "uniform";
+  EXPECT_TRUE(partition_batches(uniform, dynapipe).empty());
   PlannerOptions planner_options;
   planner_options.verify = false;
   auto planned = [&](PlanConfig config, const std::vector<StageLayers>& layers) {

@@ -89,4 +89,15 @@ PlanConfig to_plan_config(const PlanOptions& options);
 // Reads the samples file once per call when the partition needs it.
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config);
 
+// The global batches options.partition chooses a split on for `config` (the first
+// LayerPartitionOptions::joint_batches of its samples; none where it reads no samples:
+// uniform, pp 1, or balanced without a samples file). Reads the samples file. They depend
+// on the samples and the truncation limits only, so one read serves every strategy and
+// schedule of a command.
+std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const PlanConfig& config);
+
+// stage_layers_for() on batches partition_batches() read for the same samples and limits.
+std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,
+                                          const std::vector<GlobalBatch>& batches);
+
 }  // namespace dynapipe
