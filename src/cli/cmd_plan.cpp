@@ -73,8 +73,8 @@ void add_summary_row(TextTable& table, const std::string& strategy, const Planne
 }
 
 void run_plan(const PlanFlags& flags) {
-  PlanConfig config = to_plan_config(flags.common);
   const int threads = checked_planner_threads(flags.planner_threads);
+  PlanConfig config = to_plan_config(flags.common, threads);
   const std::vector<GlobalBatch> batches = load_global_batches(config);
   PlannedRun chosen =
       plan_batches(config, batches, std::string(strategy_name(config.strategy)).c_str(), threads);

@@ -38,8 +38,8 @@ std::string memory_cell(const std::vector<std::int64_t>& bytes) {
 }
 
 void run_simulate(const SimulateFlags& flags) {
-  const PlanConfig base = to_plan_config(flags.common);
   const int threads = checked_planner_threads(flags.planner_threads);
+  const PlanConfig base = to_plan_config(flags.common, threads);
   const std::vector<GlobalBatch> batches = load_global_batches(base);
   std::printf("dynapipe simulate: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
               base.model.name.c_str(), base.tp, base.pp, base.dp, static_cast<long long>(base.max_seqlen),

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/parallel.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/cost_model.h"
@@ -164,17 +165,20 @@ std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<Glo
   // 4,4,4,4,4,4,12,12 at ~78 GiB per stage, 1151.0 ms; half the limit's 4,5,4,5,5,8,8,9,
   // 1056.4).
   for (std::vector<int>& ruled : memory_ruled_splits(config, first, {1.0, 0.5})) candidates.push_back(std::move(ruled));
-  std::vector<int> best = candidates.front();
-  double best_ms = planned_ms(config, best, batches, num_batches, /*fixed_layout=*/false);
-  for (std::size_t c = 1; c < candidates.size(); ++c) {
-    if (std::find(candidates.begin(), candidates.begin() + c, candidates[c]) != candidates.begin() + c) continue;
-    const double ms = planned_ms(config, candidates[c], batches, num_batches, /*fixed_layout=*/false);
-    if (ms < best_ms) {
-      best = candidates[c];
-      best_ms = ms;
-    }
+  std::vector<std::vector<int>> distinct;  // each candidate once, in order
+  for (std::vector<int>& c : candidates) {
+    if (std::find(distinct.begin(), distinct.end(), c) == distinct.end()) distinct.push_back(std::move(c));
   }
-  return best;
+  // Planned on options.threads at once; the first fastest wins (ties keep the earlier), and
+  // the first error in candidate order is thrown, as planning them in turn would.
+  std::vector<double> ms(distinct.size());
+  const std::vector<std::exception_ptr> errors = run_indexed(distinct.size(), options.threads, [&](std::size_t c) {
+    ms[c] = planned_ms(config, distinct[c], batches, num_batches, /*fixed_layout=*/false);
+  });
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+  return distinct[static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin())];
 }
 
 std::vector<int> joint_counts(const PlanConfig& config, const std::vector<GlobalBatch>& batches,

@@ -162,7 +162,7 @@ void validate_plan_options(const PlanOptions& options) {
   }
 }
 
-PlanConfig to_plan_config(const PlanOptions& options) {
+PlanConfig to_plan_config(const PlanOptions& options, int threads) {
   validate_plan_options(options);
   PlanConfig config;
   config.model = load_model_spec(options.model);
@@ -186,7 +186,7 @@ PlanConfig to_plan_config(const PlanOptions& options) {
   config.token_budget = options.token_budget;
   if (options.recompute != "auto") config.recompute = parse_recompute(options.recompute);
   config.vertical_sync = options.vertical_sync == 1;
-  config.stage_layers = stage_layers_for(options, config);
+  config.stage_layers = stage_layers_for(options, config, threads);
   config.stage_replicas = parse_stage_replicas(options.replicas, config.pp);
   return config;
 }
@@ -206,12 +206,14 @@ std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const Pla
 }
 
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,
-                                          const std::vector<GlobalBatch>& batches) {
-  return choose_stage_layers(config, *parse_layer_partition(options.partition), batches);
+                                          const std::vector<GlobalBatch>& batches, int threads) {
+  LayerPartitionOptions partition_options;
+  partition_options.threads = threads;
+  return choose_stage_layers(config, *parse_layer_partition(options.partition), batches, partition_options);
 }
 
-std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config) {
-  return stage_layers_for(options, config, partition_batches(options, config));
+std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config, int threads) {
+  return stage_layers_for(options, config, partition_batches(options, config), threads);
 }
 
 }  // namespace dynapipe

@@ -53,10 +53,15 @@ std::vector<GlobalBatch> first_two_batches(const PlanConfig& config) {
 }
 
 // balanced's split chosen on `batches` (all of them).
+// The balanced split, checked to be the same when its candidates are planned on three
+// threads as on one.
 std::vector<StageLayers> balanced_on(const PlanConfig& config, const std::vector<GlobalBatch>& batches) {
   LayerPartitionOptions options;
   options.joint_batches = static_cast<int>(batches.size());
-  return choose_stage_layers(config, LayerPartition::Balanced, batches, options);
+  const std::vector<StageLayers> one_thread = choose_stage_layers(config, LayerPartition::Balanced, batches, options);
+  options.threads = 3;
+  EXPECT_EQ(choose_stage_layers(config, LayerPartition::Balanced, batches, options), one_thread);
+  return one_thread;
 }
 
 TEST(LayerPartitionTest, NamesRoundTrip) {

@@ -38,6 +38,9 @@ std::vector<std::string> layer_partition_names();
 struct LayerPartitionOptions {
   int joint_batches = 4;  // balanced, joint: global batches (from the first) each split is planned on
   int joint_max_rounds = 64;  // joint: local-search rounds at most
+  // balanced: threads planning the candidate splits at once (0: one per hardware thread);
+  // the split chosen is the same for any count.
+  int threads = 1;
 };
 
 // The stage layers for `config` (its stage_layers ignored); empty means uniform. `batches`

@@ -80,14 +80,16 @@ void validate_plan_options(const PlanOptions& options);
 // Validates, then builds the PlanConfig (model resolved from its preset or JSON file,
 // max_target_len 0 resolved to max_seqlen, the layer split chosen by `partition`). Throws what validate_plan_options() and
 // load_model_spec() throw.
-PlanConfig to_plan_config(const PlanOptions& options);
+// threads: planning the layer split's candidates at once (LayerPartitionOptions::threads).
+PlanConfig to_plan_config(const PlanOptions& options, int threads = 1);
 
 // The layer split `options.partition` chooses for `config`'s own strategy and schedule,
 // as to_plan_config() chooses it for options.strategy and options.schedule: `plan`'s
 // comparison and `simulate` plan every strategy x schedule on its own best split, so each
 // baseline is compared in its strongest form (docs/partition.md). Empty means uniform.
 // Reads the samples file once per call when the partition needs it.
-std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config);
+std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,
+                                          int threads = 1);
 
 // The global batches options.partition chooses a split on for `config` (the first
 // LayerPartitionOptions::joint_batches of its samples; none where it reads no samples:
@@ -98,6 +100,6 @@ std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const Pla
 
 // stage_layers_for() on batches partition_batches() read for the same samples and limits.
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,
-                                          const std::vector<GlobalBatch>& batches);
+                                          const std::vector<GlobalBatch>& batches, int threads = 1);
 
 }  // namespace dynapipe
