@@ -357,7 +357,9 @@ struct Planner::Impl {
                          bool other_modes = true,
                          double beat_ms = std::numeric_limits<double>::infinity()) const;
   Choice choose(const GlobalBatch& batch) const;
-  Choice with_random_orders(const GlobalBatch& batch, Choice choice) const;
+  // bar_ms: the random orders need only beat this too (a plan the result is compared with).
+  Choice with_random_orders(const GlobalBatch& batch, Choice choice,
+                            double bar_ms = std::numeric_limits<double>::infinity()) const;
   // make_search_candidates() for one recompute mode: only that mode's problems are costed.
   std::vector<SearchCandidate> own_mode_candidates(ScheduleKind schedule,
                                                    std::span<const MicroBatch> microbatches,
@@ -749,7 +751,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
 // schedule of its row, with seeded random orders too (the winners move 1F1B plans to zb1p;
 // docs/batching.md "Random orders where the bubble is large"). Every strategy gets it, so
 // that no baseline is compared without the search its rival had.
-Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice) const {
+Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice, double bar_ms) const {
   if (options.random_orders <= 0 || !(idle_share(choice) > kRandomOrdersIdleShare)) return choice;
   const Recompute mode = choice.replicas.front().best.recompute;
   const bool one_mode = std::ranges::all_of(
@@ -767,7 +769,7 @@ Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice
       search_options.random_orders = options.random_orders;
       search_options.searched_orders = search_options.max_orders;
       search_options.max_orders += options.random_orders;
-      search_options.beat_ms = replica.best.sim.makespan_ms;
+      search_options.beat_ms = std::min(replica.best.sim.makespan_ms, bar_ms);
       std::vector<SearchCandidate> candidates =
           own_mode_candidates(choice.schedule, replica.microbatches, mode);
       for (SearchCandidate& c : candidates) c.problem.vertical_sync = config.vertical_sync;
@@ -946,9 +948,15 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   const double two_window_ms = idles_much ? window_ms : base_ms;
   auto in_window = [&](const Choice& cut) {
     if (cut.est_ms < window_ms) return true;
+    // Its builds stop at the window where its ranking ran in its own mode (which then fits
+    // in the given order): nothing else is asked of this search. Otherwise that mode fits
+    // nothing and the search tries every mode, which a bar would cut short.
+    const bool own_mode = std::ranges::all_of(
+        cut.replicas, [&](const ReplicaChoice& r) { return r.best.recompute == cut.dp_recompute; });
     return m.search_replicas(batch, replica_microbatches(cut), cut.schedule, /*quick=*/true,
                              cut.dp_recompute, /*permute=*/true, /*record=*/false,
-                             /*random_orders=*/0, /*max_orders=*/2)
+                             /*random_orders=*/0, /*max_orders=*/2, /*other_modes=*/true,
+                             own_mode ? two_window_ms : std::numeric_limits<double>::infinity())
                .est_ms < two_window_ms;
   };
   for (const Choice& ranked_choice : ranked) {
@@ -972,10 +980,12 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     for (Recompute lighter : {Recompute::None, Recompute::Selective}) {
       if (!(lighter < ranked_choice.dp_recompute)) break;
       // Where that mode fits no schedule (or none applies), the heavier ones were searched.
+      // Only an estimate within the window matters: the builds stop there.
       unless_ruled_out([&] {
         const Choice quick =
             m.search_replicas(batch, replicas, memory_bound, /*quick=*/true, lighter,
-                              /*permute=*/false, /*record=*/false, 0, 0, /*other_modes=*/false);
+                              /*permute=*/false, /*record=*/false, 0, 0, /*other_modes=*/false,
+                              window_ms);
         if (quick.est_ms < window_ms) {
           search_in_full(ranked_choice, lighter, /*other_modes=*/false, memory_bound);
         }
@@ -990,7 +1000,8 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   choice = with_random_orders(batch, std::move(*choice));
   for (Choice& full : baseline_full) {
     if (chosen_before.baseline_cut && same_cut(full, chosen_before)) continue;
-    Choice other = with_random_orders(batch, std::move(full));
+    // Only orders that beat the plan so far matter: their builds stop there.
+    Choice other = with_random_orders(batch, std::move(full), choice->est_ms);
     if (other.est_ms < choice->est_ms) choice = std::move(other);
   }
   // The DP sizes micro-batches to the 1F1B memory rule; schedules that keep more in
