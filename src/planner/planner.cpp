@@ -397,8 +397,10 @@ BatchingOptions with_size(BatchingOptions options, std::int64_t size) {
 // A baseline's micro-batch sizes next to the objective's `from` (rows, or token-based's
 // token budget: next_size()), as a practitioner sweeps the size: upward while
 // score(options, cut) improves on the size before it, and downward only if the first size
-// up did not improve on `from_ms`. score returns the cut's simulated time, or nullopt
-// where no schedule fits it; a size that fits no recompute mode under the pipelined memory
+// up did not improve on `from_ms`. score(options, cut, to_beat_ms) returns the cut's
+// simulated time, a value not below to_beat_ms where it cannot beat that (the size before
+// it: only then does the walk go on), or nullopt where no schedule fits it; a size that
+// fits no recompute mode under the pipelined memory
 // rule ends that direction (the most that fit in the objective's mode can be fewer:
 // heavier recompute fits more). The simulated time has one minimum over the size at every
 // point measured (docs/batching.md, "The baselines' micro-batch size").
@@ -414,7 +416,7 @@ void Planner::Impl::walk_sizes(const GlobalBatch& batch, const BatchingOptions& 
       const std::optional<BatchingResult> cut =
           unless_ruled_out([&] { return make_microbatches(batch, *cost, sized); });
       if (!cut || cut->one_in_flight) break;  // past the sizes the pipelined rule fits
-      const std::optional<double> ms = score(sized, *cut);
+      const std::optional<double> ms = score(sized, *cut, previous_ms);
       if (!ms || !(*ms < previous_ms)) break;
       previous_ms = *ms;
       improved = true;
@@ -736,7 +738,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       // costing GPT-6.7B pp 4 65k plans ~10% for a cut 19% slower.
       const Recompute mode = cut->recompute;
       m.walk_sizes(batch, theirs, cut->size, *ms,
-                   [&](const BatchingOptions&, const BatchingResult& sized) -> std::optional<double> {
+                   [&](const BatchingOptions&, const BatchingResult& sized, double) -> std::optional<double> {
                      if (mode < sized.recompute) return std::nullopt;
                      return rank_cut(baseline, sized);
                    });
@@ -818,18 +820,33 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
       const double objective_ms = best.est_ms;
       const std::int64_t objective_size = best.cut_size;
       // Each cut is searched once: the walk passes the objective's and the most's sizes.
-      std::vector<std::pair<std::vector<std::vector<MicroBatch>>, double>> searched_cuts{
-          {replica_microbatches(best), objective_ms}};
-      auto searched = [&](const BatchingOptions& options, const BatchingResult& cut) {
-        for (const auto& [replicas, ms] : searched_cuts) {
-          if (replicas == cut.replicas) return ms;
+      // A search only has to beat what its result is compared with (the size before it in
+      // the walk; the best so far is never above that): its builds stop there, and a cut
+      // that cannot beat it is kept as that lower bound (exact: false).
+      struct Searched {
+        std::vector<std::vector<MicroBatch>> replicas;
+        double ms;
+        bool exact;
+      };
+      std::vector<Searched> searched_cuts{{replica_microbatches(best), objective_ms, true}};
+      auto searched = [&](const BatchingOptions& options, const BatchingResult& cut, double to_beat_ms) {
+        auto same = std::find_if(searched_cuts.begin(), searched_cuts.end(),
+                                 [&](const Searched& s) { return s.replicas == cut.replicas; });
+        if (same != searched_cuts.end() && (same->exact || same->ms >= to_beat_ms)) return same->ms;
+        Choice other = m.search_replicas(batch, cut.replicas, m.schedule, false, Recompute::None, false,
+                                         true, 0, 0, true, to_beat_ms);
+        const bool found = !other.replicas.empty();
+        const double ms = found ? other.est_ms : to_beat_ms;
+        if (same != searched_cuts.end()) {
+          *same = {cut.replicas, ms, found};
+        } else {
+          searched_cuts.push_back({cut.replicas, ms, found});
         }
-        Choice other = m.search_replicas(batch, cut.replicas, m.schedule);
-        other.dp_recompute = cut.recompute;
-        other.batching = options;
-        const double ms = other.est_ms;
-        searched_cuts.emplace_back(cut.replicas, ms);
-        if (ms < best.est_ms) best = std::move(other);
+        if (found && ms < best.est_ms) {
+          other.dp_recompute = cut.recompute;
+          other.batching = options;
+          best = std::move(other);
+        }
         return ms;
       };
       if (rows_chosen) {
@@ -837,13 +854,13 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
         most.size_by_objective = false;
         // (Not where the most that fit make fewer micro-batches than replicas.)
         if (const auto cut = unless_ruled_out([&] { return make_microbatches(batch, *m.cost, most); })) {
-          searched(most, *cut);
+          searched(most, *cut, best.est_ms);
         }
       }
       if (objective_size > 0) {
         m.walk_sizes(batch, m.batching, objective_size, objective_ms,
-                     [&](const BatchingOptions& options, const BatchingResult& cut) {
-                       return unless_ruled_out([&] { return searched(options, cut); });
+                     [&](const BatchingOptions& options, const BatchingResult& cut, double to_beat_ms) {
+                       return unless_ruled_out([&] { return searched(options, cut, to_beat_ms); });
                      });
       }
     }
