@@ -833,8 +833,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
         auto same = std::find_if(searched_cuts.begin(), searched_cuts.end(),
                                  [&](const Searched& s) { return s.replicas == cut.replicas; });
         if (same != searched_cuts.end() && (same->exact || same->ms >= to_beat_ms)) return same->ms;
-        Choice other = m.search_replicas(batch, cut.replicas, m.schedule, false, Recompute::None, false,
-                                         true, 0, 0, true, to_beat_ms);
+        Choice other = m.search_replicas(batch, cut.replicas, m.schedule, /*quick=*/false, Recompute::None,
+                                         /*permute=*/false, /*record=*/true, 0, 0, /*other_modes=*/true,
+                                         to_beat_ms);
         const bool found = !other.replicas.empty();
         const double ms = found ? other.est_ms : to_beat_ms;
         if (same != searched_cuts.end()) {
@@ -900,8 +901,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
     Choice full = mode ? m.search_replicas(batch, replicas, schedule, true, *mode,
                                            /*permute=*/true, /*record=*/true, 0, 0, other_modes)
-                       : m.search_replicas(batch, replicas, schedule, false, Recompute::None,
-                                           false, true, 0, 0, true, beat_ms);
+                       : m.search_replicas(batch, replicas, schedule, /*quick=*/false, Recompute::None,
+                                           /*permute=*/false, /*record=*/true, 0, 0,
+                                           /*other_modes=*/true, beat_ms);
     if (full.replicas.empty()) {  // it could not beat beat_ms
       searched.push_back({&ranked_choice, schedule, mode, full.est_ms});
       return full.est_ms;
