@@ -180,6 +180,24 @@ auto unless_ruled_out(Make&& make) -> typename AsOptional<std::decay_t<std::invo
 
 namespace {
 
+// How search_replicas() searches; the defaults are the full search (every recompute mode,
+// permuted orders, the winner recorded).
+struct ReplicaSearch {
+  // Only `recompute`'s candidates; if that mode fits no schedule, every mode (other_modes)
+  // or the error (!other_modes).
+  bool quick = false;
+  Recompute recompute = Recompute::None;
+  bool other_modes = true;
+  bool permute = false;  // a quick search also tries the permuted micro-batch orders
+  bool record = true;    // the winner's timeline (SearchOptions::record_winner), which a plan needs
+  int random_orders = 0;    // seeded random orders too (where orders are permuted)
+  int max_orders = 0;       // at most that many orders (0: SearchOptions' default)
+  int searched_orders = 0;  // SearchOptions::searched_orders
+  // Only a plan faster than this counts; where some replica cannot beat it the result has
+  // est_ms +inf and no replicas (SearchOptions::beat_ms).
+  double beat_ms = std::numeric_limits<double>::infinity();
+};
+
 struct ReplicaChoice {
   std::vector<MicroBatch> microbatches;
   std::vector<SearchCandidate> candidates;
@@ -342,20 +360,9 @@ struct Planner::Impl {
                       const std::vector<std::vector<MicroBatch>>& replicas,
                       ScheduleKind schedule, Recompute recompute,
                       const std::vector<Choice>* ranked) const;
-  // permute: a quick search that also tries the permuted micro-batch orders. record:
-  // the winner's timeline (SearchOptions::record_winner), which a plan needs.
-  // random_orders: also try that many seeded random orders (where orders are permuted).
-  // max_orders: try at most that many orders (0: SearchOptions' default). other_modes: a
-  // quick search whose mode fits no schedule tries every mode (true) or throws (false).
-  // beat_ms: only a plan faster than this counts; where some replica cannot beat it the
-  // result has est_ms +inf and no replicas (SearchOptions::beat_ms).
   Choice search_replicas(const GlobalBatch& batch,
                          const std::vector<std::vector<MicroBatch>>& replicas,
-                         ScheduleKind schedule, bool quick = false,
-                         Recompute recompute = Recompute::None, bool permute = false,
-                         bool record = true, int random_orders = 0, int max_orders = 0,
-                         bool other_modes = true,
-                         double beat_ms = std::numeric_limits<double>::infinity()) const;
+                         ScheduleKind schedule, const ReplicaSearch& how = {}) const;
   Choice choose(const GlobalBatch& batch) const;
   // bar_ms: the random orders need only beat this too (a plan the result is compared with).
   Choice with_random_orders(const GlobalBatch& batch, Choice choice,
@@ -449,8 +456,8 @@ Choice Planner::Impl::quick_search(const GlobalBatch& batch,
       return choice;
     }
   }
-  return search_replicas(batch, replicas, schedule, true, recompute, /*permute=*/false,
-                         /*record=*/false);
+  return search_replicas(batch, replicas, schedule,
+                         {.quick = true, .recompute = recompute, .record = false});
 }
 
 std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
@@ -481,10 +488,7 @@ std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
 // The best schedule x recompute of every replica's micro-batches.
 Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
                                       const std::vector<std::vector<MicroBatch>>& replicas,
-                                      ScheduleKind schedule, bool quick,
-                                      Recompute recompute, bool permute, bool record,
-                                      int random_orders, int max_orders, bool other_modes,
-                                      double beat_ms) const {
+                                      ScheduleKind schedule, const ReplicaSearch& how) const {
   const Impl& m = *this;
   Choice choice;
   choice.schedule = schedule;
@@ -499,10 +503,11 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     }
     SearchOptions search_options;
     search_options.seed = m.config.seed;
-    search_options.random_orders = random_orders;
-    if (max_orders > 0) search_options.max_orders = max_orders;
-    search_options.max_orders += random_orders;
-    search_options.beat_ms = beat_ms;
+    search_options.random_orders = how.random_orders;
+    if (how.max_orders > 0) search_options.max_orders = how.max_orders;
+    search_options.max_orders += how.random_orders;
+    search_options.searched_orders = how.searched_orders;
+    search_options.beat_ms = how.beat_ms;
     auto with_vertical_sync = [&](std::vector<SearchCandidate> candidates) {
       for (SearchCandidate& c : candidates) c.problem.vertical_sync = m.config.vertical_sync;
       return candidates;
@@ -520,19 +525,19 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
       return with_vertical_sync(std::move(candidates));
     };
     try {
-      if (quick) {
+      if (how.quick) {
         // The batching's own recompute mode, as given, costed for that mode only; if that
         // fits no schedule, a heavier mode may (the simulator's peaks are not the DP's
         // memory rule): all of them.
         SearchOptions quick_options = search_options;
-        quick_options.permute = permute;
-        quick_options.record_winner = record;
+        quick_options.permute = how.permute;
+        quick_options.record_winner = how.record;
         replica.candidates =
-            with_vertical_sync(m.own_mode_candidates(schedule, replica.microbatches, recompute));
+            with_vertical_sync(m.own_mode_candidates(schedule, replica.microbatches, how.recompute));
         try {
           replica.best = search_schedule(replica.candidates, quick_options);
         } catch (const Error& e) {
-          if (!other_modes || !rules_out_option(e)) throw;
+          if (!how.other_modes || !rules_out_option(e)) throw;
           replica.candidates = all_candidates();
           replica.best = search_schedule(replica.candidates, quick_options);
         }
@@ -791,8 +796,8 @@ Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice
   // Replicas in different modes: the given mode's deterministic orders were not all
   // searched on every replica, so they run again with the random ones.
   Choice again = search_replicas(batch, replica_microbatches(choice), choice.schedule,
-                                 /*quick=*/true, mode, /*permute=*/true,
-                                 /*record=*/true, options.random_orders);
+                                 {.quick = true, .recompute = mode, .permute = true,
+                                  .random_orders = options.random_orders});
   if (!(again.est_ms < choice.est_ms)) return choice;
   again.batching = choice.batching;
   again.dp_recompute = choice.dp_recompute;
@@ -833,9 +838,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
         auto same = std::find_if(searched_cuts.begin(), searched_cuts.end(),
                                  [&](const Searched& s) { return s.replicas == cut.replicas; });
         if (same != searched_cuts.end() && (same->exact || same->ms >= to_beat_ms)) return same->ms;
-        Choice other = m.search_replicas(batch, cut.replicas, m.schedule, /*quick=*/false, Recompute::None,
-                                         /*permute=*/false, /*record=*/true, 0, 0, /*other_modes=*/true,
-                                         to_beat_ms);
+        Choice other = m.search_replicas(batch, cut.replicas, m.schedule, {.beat_ms = to_beat_ms});
         const bool found = !other.replicas.empty();
         const double ms = found ? other.est_ms : to_beat_ms;
         if (same != searched_cuts.end()) {
@@ -899,11 +902,10 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
       }
     }
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
-    Choice full = mode ? m.search_replicas(batch, replicas, schedule, true, *mode,
-                                           /*permute=*/true, /*record=*/true, 0, 0, other_modes)
-                       : m.search_replicas(batch, replicas, schedule, /*quick=*/false, Recompute::None,
-                                           /*permute=*/false, /*record=*/true, 0, 0,
-                                           /*other_modes=*/true, beat_ms);
+    Choice full = mode ? m.search_replicas(batch, replicas, schedule,
+                                           {.quick = true, .recompute = *mode,
+                                            .other_modes = other_modes, .permute = true})
+                       : m.search_replicas(batch, replicas, schedule, {.beat_ms = beat_ms});
     if (full.replicas.empty()) {  // it could not beat beat_ms
       searched.push_back({&ranked_choice, schedule, mode, full.est_ms});
       return full.est_ms;
@@ -967,16 +969,19 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   const double two_window_ms = idles_much ? window_ms : base_ms;
   auto in_window = [&](const Choice& cut) {
     if (cut.est_ms < window_ms) return true;
-    // Its builds stop at the window where its ranking ran in its own mode (which then fits
-    // in the given order): nothing else is asked of this search. Otherwise that mode fits
-    // nothing and the search tries every mode, which a bar would cut short.
+    // Where its ranking ran in its own mode (which then fits in the given order), the given
+    // order is that ranking's, already outside the window: only the organ pipe runs, its
+    // builds stopping at the window. Otherwise that mode fits nothing and the search tries
+    // every mode, which skipped orders and a bar would cut short.
     const bool own_mode = std::ranges::all_of(
         cut.replicas, [&](const ReplicaChoice& r) { return r.best.recompute == cut.dp_recompute; });
-    return m.search_replicas(batch, replica_microbatches(cut), cut.schedule, /*quick=*/true,
-                             cut.dp_recompute, /*permute=*/true, /*record=*/false,
-                             /*random_orders=*/0, /*max_orders=*/2, /*other_modes=*/true,
-                             own_mode ? two_window_ms : std::numeric_limits<double>::infinity())
-               .est_ms < two_window_ms;
+    ReplicaSearch how{.quick = true, .recompute = cut.dp_recompute, .permute = true,
+                      .record = false, .max_orders = 2};
+    if (own_mode) {
+      how.searched_orders = 1;
+      how.beat_ms = two_window_ms;
+    }
+    return m.search_replicas(batch, replica_microbatches(cut), cut.schedule, how).est_ms < two_window_ms;
   };
   for (const Choice& ranked_choice : ranked) {
     if (!ranked_choice.baseline_cut) continue;
@@ -1002,9 +1007,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
       // Only an estimate within the window matters: the builds stop there.
       unless_ruled_out([&] {
         const Choice quick =
-            m.search_replicas(batch, replicas, memory_bound, /*quick=*/true, lighter,
-                              /*permute=*/false, /*record=*/false, 0, 0, /*other_modes=*/false,
-                              window_ms);
+            m.search_replicas(batch, replicas, memory_bound,
+                              {.quick = true, .recompute = lighter, .other_modes = false,
+                               .record = false, .beat_ms = window_ms});
         if (quick.est_ms < window_ms) {
           search_in_full(ranked_choice, lighter, /*other_modes=*/false, memory_bound);
         }
