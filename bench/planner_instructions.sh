@@ -6,7 +6,7 @@
 #
 #   bench/planner_instructions.sh                          # build/bench/planner_bench
 #   BASE=/tmp/base/build/bench/planner_bench bench/planner_instructions.sh   # and a baseline
-#   FILTER='short256' bench/planner_instructions.sh        # only the benchmarks matching it
+#   FILTER='short256|tok16384' bench/planner_instructions.sh  # only those matching (grep -E)
 #
 # Prints one line per benchmark: its name, millions of instructions (and with BASE the
 # baseline's and the change). Needs valgrind (apt-get install valgrind); valgrind runs ~50×
@@ -42,7 +42,7 @@ instructions() {
   awk -v n="$collected" 'BEGIN { printf "%.1f", n / 1e6 }'
 }
 
-mapfile -t names < <("$BENCH" --benchmark_list_tests | grep '^plan/' | grep -e "$FILTER")
+mapfile -t names < <("$BENCH" --benchmark_list_tests | grep '^plan/' | grep -E -e "$FILTER")
 if [ "${#names[@]}" -eq 0 ]; then
   echo "error: no plan/ benchmark matches FILTER '$FILTER'" >&2
   exit 2
