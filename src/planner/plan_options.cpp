@@ -1,6 +1,7 @@
 #include "dynapipe/planner/plan_options.h"
 
 #include <cmath>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -191,8 +192,23 @@ PlanConfig to_plan_config(const PlanOptions& options, int threads) {
   return config;
 }
 
+namespace {
+
+// options.partition parsed (to_plan_config() validated it; these functions are public too).
+LayerPartition partition_of(const PlanOptions& options) {
+  const std::optional<LayerPartition> partition = parse_layer_partition(options.partition);
+  if (!partition) {
+    throw Error(ErrorKind::InvalidArgument,
+                cat("--partition must be one of ", join(layer_partition_names(), ", "), ", got \"",
+                    options.partition, "\""));
+  }
+  return *partition;
+}
+
+}  // namespace
+
 std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const PlanConfig& config) {
-  const LayerPartition partition = *parse_layer_partition(options.partition);  // validated above
+  const LayerPartition partition = partition_of(options);
   // balanced weighs the layers by the first batches' work when the samples are known.
   const bool wants_batches = partition == LayerPartition::Joint ||
                              (partition == LayerPartition::Balanced && !config.samples_path.empty());
@@ -209,7 +225,7 @@ std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const Plan
                                           const std::vector<GlobalBatch>& batches, int threads) {
   LayerPartitionOptions partition_options;
   partition_options.threads = threads;
-  return choose_stage_layers(config, *parse_layer_partition(options.partition), batches, partition_options);
+  return choose_stage_layers(config, partition_of(options), batches, partition_options);
 }
 
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config, int threads) {

@@ -232,6 +232,15 @@ TEST(LayerPartitionTest, EachStrategyGetsItsOwnFasterSplit) {
   PlanOptions uniform = options;
   uniform.partition = "uniform";
   EXPECT_TRUE(partition_batches(uniform, dynapipe).empty());
+  PlanOptions unknown = options;
+  unknown.partition = "magic";
+  try {
+    partition_batches(unknown, dynapipe);
+    FAIL() << "expected InvalidArgument";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+    EXPECT_STREQ(e.what(), "--partition must be one of uniform, balanced, joint, got \"magic\"");
+  }
   PlannerOptions planner_options;
   planner_options.verify = false;
   auto planned = [&](PlanConfig config, const std::vector<StageLayers>& layers) {
