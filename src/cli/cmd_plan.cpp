@@ -14,7 +14,6 @@
 #include "cli/run_planner.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
-#include "dynapipe/core/parallel.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/plan/plan_json.h"
 #include "dynapipe/report/iteration_stats.h"
@@ -135,13 +134,9 @@ void run_plan(const PlanFlags& flags) {
       others.back().strategy = strategy;
       baselines.emplace_back().name = strategy_name(strategy);
     }
-    // Each baseline on its own best split (docs/partition.md), not dynapipe's: chosen on
-    // the planner threads, on samples read once.
-    const std::vector<GlobalBatch> split_batches = partition_batches(flags.common, config);
+    // Each baseline on its own best split (docs/partition.md), not dynapipe's.
     const std::vector<std::exception_ptr> split_errors =
-        run_indexed(others.size(), threads, [&](std::size_t b) {
-          others[b].stage_layers = stage_layers_for(flags.common, others[b], split_batches);
-        });
+        choose_layer_splits(flags.common, config, others, threads);
     std::vector<PlanJob> jobs;
     std::deque<std::vector<GlobalBatch>> own_batches;  // packing-megatron's (stable addresses)
     for (std::size_t b = 0; b < baselines.size(); ++b) {

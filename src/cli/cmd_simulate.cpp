@@ -12,7 +12,6 @@
 #include "cli/run_planner.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
-#include "dynapipe/core/parallel.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/model_spec.h"
@@ -93,15 +92,10 @@ void run_simulate(const SimulateFlags& flags) {
     }
   }
   // Every row on its own best split (docs/partition.md): a baseline compared in its
-  // strongest form, not on the split chosen for --strategy. The splits are chosen on the
-  // planner threads (each one plans its candidate splits), on samples read once.
-  const std::vector<GlobalBatch> split_batches = partition_batches(flags.common, base);
+  // strongest form, not on the split chosen for --strategy (which `base` has).
   const std::vector<std::exception_ptr> split_errors =
-      run_indexed(rows.size(), threads, [&](std::size_t r) {
-        PlanConfig& config = configs[r];
-        if (config.strategy != base.strategy || config.schedule != base.schedule) {
-          config.stage_layers = stage_layers_for(flags.common, config, split_batches);
-        }
+      choose_layer_splits(flags.common, base, configs, threads, [&](const PlanConfig& config) {
+        return config.strategy != base.strategy || config.schedule != base.schedule;
       });
   std::vector<PlanJob> jobs;
   for (std::size_t r = 0; r < rows.size(); ++r) {

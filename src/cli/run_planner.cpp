@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 
 #include "dynapipe/batching/megatron_packing.h"
+#include "dynapipe/core/parallel.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/truncation.h"
@@ -98,6 +100,29 @@ PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>
   std::vector<PlanJobResult> results = plan_jobs({{config, &batches}}, threads, label);
   if (results.front().error) std::rethrow_exception(results.front().error);
   return std::move(results.front().run);
+}
+
+std::vector<std::exception_ptr> choose_layer_splits(
+    const PlanOptions& options, const PlanConfig& base, std::vector<PlanConfig>& configs,
+    int threads, const std::function<bool(const PlanConfig&)>& wanted) {
+  const std::vector<GlobalBatch> batches = partition_batches(options, base);
+  const bool interactive = isatty(fileno(stderr)) && !batches.empty();
+  std::mutex progress_mutex;
+  std::size_t done = 0;
+  auto last_report = std::chrono::steady_clock::now();
+  const std::vector<std::exception_ptr> errors = run_indexed(configs.size(), threads, [&](std::size_t i) {
+    if (!wanted || wanted(configs[i])) configs[i].stage_layers = stage_layers_for(options, configs[i], batches);
+    if (!interactive) return;
+    const std::lock_guard lock(progress_mutex);
+    ++done;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_report > std::chrono::milliseconds(200)) {
+      std::fprintf(stderr, "\rchoosing layer splits: %zu/%zu", done, configs.size());
+      last_report = now;
+    }
+  });
+  if (interactive) std::fprintf(stderr, "\r\033[K");
+  return errors;
 }
 
 }  // namespace dynapipe::cli

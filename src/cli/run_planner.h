@@ -3,11 +3,13 @@
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <vector>
 
 #include "dynapipe/batching/megatron_packing.h"
 #include "dynapipe/core/sample.h"
 #include "dynapipe/plan/execution_plan.h"
+#include "dynapipe/planner/plan_options.h"
 
 namespace dynapipe::cli {
 
@@ -45,5 +47,14 @@ std::vector<PlanJobResult> plan_jobs(const std::vector<PlanJob>& jobs, int threa
 // plan_jobs() of one configuration; rethrows its error.
 PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
                         const char* label, int threads);
+
+// Sets each configs[i].stage_layers to its own split (stage_layers_for() under `options`'
+// --partition) where wanted(configs[i]) (none given: every one), all on `threads` threads,
+// on the first batches of base's samples read once (partition_batches()), with progress on
+// an interactive stderr. Returns, per configuration, the error choosing its split threw
+// (null: chosen, or not wanted); the splits are the same for any thread count.
+std::vector<std::exception_ptr> choose_layer_splits(
+    const PlanOptions& options, const PlanConfig& base, std::vector<PlanConfig>& configs,
+    int threads, const std::function<bool(const PlanConfig&)>& wanted = {});
 
 }  // namespace dynapipe::cli
