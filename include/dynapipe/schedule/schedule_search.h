@@ -112,6 +112,8 @@ struct SearchResult {
 //  * Infeasible when none fits the memory limit, naming the smallest violation:
 //    "--memory-limit 40 GiB: no schedule fits; micro-batch 3 needs 41.2 GiB on stage 0
 //    (schedule 1f1b, recompute full)".
+// With a finite SearchOptions::beat_ms nothing is thrown for a search that finds nothing
+// below it (nothing fitting included): the result has found false.
 SearchResult search_schedule(std::span<const SearchCandidate> candidates,
                              const SearchOptions& options = {});
 
