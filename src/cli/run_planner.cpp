@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -12,6 +13,7 @@
 #include "dynapipe/batching/megatron_packing.h"
 #include "dynapipe/core/parallel.h"
 #include "dynapipe/core/strategy.h"
+#include "dynapipe/core/strings.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/truncation.h"
 #include "dynapipe/data/global_batch.h"
@@ -19,6 +21,41 @@
 #include "dynapipe/planner/planner.h"
 
 namespace dynapipe::cli {
+namespace {
+
+// A progress line on an interactive stderr: "\r" + format(done), at most every 200 ms, cleared
+// when it goes out of scope. advance() may be called from any thread.
+class ProgressLine {
+ public:
+  ProgressLine(bool wanted, std::function<std::string(std::size_t done)> format)
+      : enabled_(wanted && isatty(fileno(stderr))), format_(std::move(format)) {}
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+  ~ProgressLine() {
+    if (enabled_) std::fprintf(stderr, "\r\033[K");
+  }
+
+  bool enabled() const { return enabled_; }
+  void advance() {
+    if (!enabled_) return;
+    const std::lock_guard lock(mutex_);
+    ++done_;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_report_ > std::chrono::milliseconds(200)) {
+      std::fprintf(stderr, "\r%s", format_(done_).c_str());
+      last_report_ = now;
+    }
+  }
+
+ private:
+  bool enabled_;
+  std::function<std::string(std::size_t)> format_;
+  std::mutex mutex_;
+  std::size_t done_ = 0;
+  std::chrono::steady_clock::time_point last_report_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
 
 MegatronRows megatron_rows(const PlanConfig& config) {
   return {.kind = config.model.kind,
@@ -69,22 +106,15 @@ std::vector<PlanJobResult> plan_jobs(const std::vector<PlanJob>& jobs, int threa
     iterations += jobs[j].batches->size();
   }
 
-  const bool interactive = isatty(fileno(stderr));
-  std::size_t done = 0;
-  auto last_report = std::chrono::steady_clock::now();
-  PlanProgress progress;
-  if (interactive) {
-    progress = [&](std::size_t, std::size_t) {
-      ++done;
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_report > std::chrono::milliseconds(200)) {
-        std::fprintf(stderr, "\r%s: planned %zu/%zu iterations", label, done, iterations);
-        last_report = now;
-      }
-    };
+  std::vector<PlannedIterations> planned;
+  {
+    ProgressLine line(true, [&](std::size_t done) {
+      return cat(label, ": planned ", done, "/", iterations, " iterations");
+    });
+    PlanProgress progress;
+    if (line.enabled()) progress = [&](std::size_t, std::size_t) { line.advance(); };
+    planned = plan_many(requests, threads, progress);
   }
-  std::vector<PlannedIterations> planned = plan_many(requests, threads, progress);
-  if (interactive) std::fprintf(stderr, "\r\033[K");
   for (std::size_t r = 0; r < requests.size(); ++r) {
     PlanJobResult& result = results[job_of[r]];
     result.error = planned[r].error;
@@ -106,23 +136,14 @@ std::vector<std::exception_ptr> choose_layer_splits(
     const PlanOptions& options, const PlanConfig& base, std::vector<PlanConfig>& configs,
     int threads, const std::function<bool(const PlanConfig&)>& wanted) {
   const std::vector<GlobalBatch> batches = partition_batches(options, base);
-  const bool interactive = isatty(fileno(stderr)) && !batches.empty();
-  std::mutex progress_mutex;
-  std::size_t done = 0;
-  auto last_report = std::chrono::steady_clock::now();
-  const std::vector<std::exception_ptr> errors = run_indexed(configs.size(), threads, [&](std::size_t i) {
-    if (!wanted || wanted(configs[i])) configs[i].stage_layers = stage_layers_for(options, configs[i], batches);
-    if (!interactive) return;
-    const std::lock_guard lock(progress_mutex);
-    ++done;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_report > std::chrono::milliseconds(200)) {
-      std::fprintf(stderr, "\rchoosing layer splits: %zu/%zu", done, configs.size());
-      last_report = now;
-    }
+  // Splits read no batches where they are instant (uniform): no line then.
+  ProgressLine line(!batches.empty(), [&](std::size_t done) {
+    return cat("choosing layer splits: ", done, "/", configs.size());
   });
-  if (interactive) std::fprintf(stderr, "\r\033[K");
-  return errors;
+  return run_indexed(configs.size(), threads, [&](std::size_t i) {
+    if (!wanted || wanted(configs[i])) configs[i].stage_layers = stage_layers_for(options, configs[i], batches);
+    line.advance();
+  });
 }
 
 }  // namespace dynapipe::cli

@@ -1,7 +1,6 @@
 #include "dynapipe/planner/plan_options.h"
 
 #include <cmath>
-#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -194,15 +193,13 @@ PlanConfig to_plan_config(const PlanOptions& options, int threads) {
 
 namespace {
 
-// options.partition parsed (to_plan_config() validated it; these functions are public too).
+// options.partition parsed. to_plan_config() validated it, but these functions are public
+// too: the table's check of --partition again (its choices are layer_partition_names()).
 LayerPartition partition_of(const PlanOptions& options) {
-  const std::optional<LayerPartition> partition = parse_layer_partition(options.partition);
-  if (!partition) {
-    throw Error(ErrorKind::InvalidArgument,
-                cat("--partition must be one of ", join(layer_partition_names(), ", "), ", got \"",
-                    options.partition, "\""));
+  for (const PlanOptionSpec& spec : plan_option_table()) {
+    if (spec.flag == "--partition") check(spec, options.partition);
   }
-  return *partition;
+  return *parse_layer_partition(options.partition);
 }
 
 }  // namespace

@@ -149,10 +149,10 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   std::vector<int> best_order;
   ScheduleOrder best_schedule;
   SimResult best_sim;  // the winner's unrecorded run (!options.record_winner)
-  // The last cyclic candidate's index, micro-batch orders and built orders (wait-free-cyclic
-  // builds the same orders without the barriers).
   // What a result must beat: the best so far, else SearchOptions::beat_ms (+inf: none).
   auto to_beat = [&] { return best >= 0 ? best_ms : options.beat_ms; };
+  // The last cyclic candidate's index, micro-batch orders and built orders (wait-free-cyclic
+  // builds the same orders without the barriers).
   int cyclic_candidate = -1;
   std::vector<std::vector<int>> cyclic_mb_orders;
   std::vector<ScheduleOrder> cyclic_orders;
