@@ -765,30 +765,27 @@ Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice
       choice.replicas, [&](const ReplicaChoice& r) { return r.best.recompute == mode; });
   if (one_mode) {
     // The full search that made `choice` ran these candidates in the deterministic
-    // orders: only the random ones run, each against its replica's makespan so far.
-    std::vector<std::optional<std::pair<std::vector<SearchCandidate>, SearchResult>>> better(
-        choice.replicas.size());
+    // orders: only the random ones run, each replica against its own makespan so far.
+    const ReplicaSearch how{.quick = true, .recompute = mode, .permute = true,
+                            .random_orders = options.random_orders,
+                            .searched_orders = SearchOptions{}.max_orders};
+    std::vector<std::optional<ReplicaChoice>> better(choice.replicas.size());
     double est_ms = 0;
     for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
       const ReplicaChoice& replica = choice.replicas[r];
-      SearchOptions search_options;
-      search_options.seed = config.seed;
-      search_options.random_orders = options.random_orders;
-      search_options.searched_orders = search_options.max_orders;
-      search_options.max_orders += options.random_orders;
-      search_options.beat_ms = std::min(replica.best.sim.makespan_ms, bar_ms);
-      std::vector<SearchCandidate> candidates =
-          own_mode_candidates(choice.schedule, replica.microbatches, mode);
-      for (SearchCandidate& c : candidates) c.problem.vertical_sync = config.vertical_sync;
-      SearchResult result = search_schedule(candidates, search_options);
-      est_ms = std::max(est_ms, result.found ? result.sim.makespan_ms : replica.best.sim.makespan_ms);
-      if (result.found) better[r].emplace(std::move(candidates), std::move(result));
+      ReplicaSearch barred = how;
+      barred.beat_ms = std::min(replica.best.sim.makespan_ms, bar_ms);
+      Choice again = search_replicas(batch, {replica.microbatches}, choice.schedule, barred);
+      if (again.replicas.empty()) {  // no random order beats it
+        est_ms = std::max(est_ms, replica.best.sim.makespan_ms);
+        continue;
+      }
+      est_ms = std::max(est_ms, again.est_ms);
+      better[r] = std::move(again.replicas.front());
     }
     if (!(est_ms < choice.est_ms)) return choice;
     for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
-      if (!better[r]) continue;
-      choice.replicas[r].candidates = std::move(better[r]->first);
-      choice.replicas[r].best = std::move(better[r]->second);
+      if (better[r]) choice.replicas[r] = std::move(*better[r]);
     }
     choice.est_ms = est_ms;
     return choice;
