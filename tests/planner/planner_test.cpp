@@ -238,6 +238,26 @@ TEST(PlannerTest, CriticalPathWinsWhereUnequalMicroBatchesMeetMemory) {
   }
 }
 
+// With dp > 1 many cuts tie on their slowest replica: at T5-11B pp 8 dp 4 (H100 preset,
+// 40 GiB, max seqlen 8192) a replica holding the one 8192-token sample alone estimates
+// 2127.2 ms in 9 of the ranking's 13 cuts. The ranking breaks such ties by the other
+// replicas; taking the first DP's instead, auto searched three cuts that put 88 short
+// samples in one micro-batch on another replica and planned iteration 0 at 2016.7 ms,
+// where --schedule critical-path (the same DPs, its own ranking) planned 1577.6.
+TEST(PlannerTest, AutoBreaksTiesOfTheSlowestReplicaByTheOthers) {
+  PlanConfig config = t5_config("analytic:h100-80g", 8, 8192, 512, 40);
+  config.dp = 4;
+  PlanConfig critical_path = config;
+  critical_path.schedule = ScheduleKind::CriticalPath;
+  const Planner planner(config, options_with(false, {}));
+  const Planner fixed(critical_path, options_with(false, {}));
+  for (const GlobalBatch& batch : batches_of(config, 2)) {
+    EXPECT_LE(planner.plan_iteration(batch).est_iteration_ms,
+              fixed.plan_iteration(batch).est_iteration_ms * (1 + 1e-9))
+        << "iteration " << batch.index;
+  }
+}
+
 // packing-varlen without --micro-batch-size simulates two sizes, the objective's choice and
 // the most rows that fit, and keeps the faster: each wins somewhere. GPT-6.7B pp 4 on H100
 // 80 GiB at 512 takes the most that fit (the objective's 1F1B bubble favours smaller
