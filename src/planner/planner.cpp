@@ -1,6 +1,7 @@
 #include "dynapipe/planner/planner.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <chrono>
 #include <cmath>
@@ -276,6 +277,17 @@ struct DpTarget {
 // makespan. At the issue-8 points the shares are 0.09 (GPT-6.7B pp 4) to 0.47 (GPT-6.7B
 // pp 8 at 8192); a gate at 0.15 changed no plan there, one at 0.1 one point by 0.06%.
 constexpr double kRandomOrdersIdleShare = 0.2;
+
+// Under auto, another schedule's rule gets the steps that start from the best plan (the
+// bubble-weight line search, the padded cut) too where its best cut's quick estimate comes
+// within kRuleWindow of the best (the 1F1B rule, whose cuts critical-path runs: its quick
+// estimates fall furthest short of its full ones) or kOtherRuleWindow (the zb1p and
+// interleaved rules), and the best plan idles more than kRuleStartsIdleShare of its device
+// time. T5-11B pp 8 short256 idles 0.23: there the other rules' steps cost +42% planning
+// time with 1.05 for every rule and +21% with 1.02 for the others, for plans 0.04% faster
+// (the interleaved rule's DP at a small bubble weight alone took 7–11 ms); GPT-6.7B pp 4
+// 65k plans idle 0.09. Each schedule row's best cut gets a full search within kRuleWindow.
+constexpr double kRuleWindow = 1.05, kOtherRuleWindow = 1.02, kRuleStartsIdleShare = 0.15;
 
 // 1 − Σ busy / (devices · makespan) of the slowest replica: the share of device time a
 // plan loses to fill, drain and stalls.
@@ -610,6 +622,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
   std::vector<Choice> ranked;
   ranked.push_back(m.search(batch, plans.front().first, plans.front().second, true, &cache));
   std::vector<std::size_t> best_of_order{0};  // per order: index into ranked
+  std::vector<std::size_t> rule_of{0};        // per ranked cut: the rule (plans[rule]) it was cut for
   // Quick estimates of the sorted order's cuts, one per rule (plans[0 .. rules)).
   const std::size_t rules = 1 + m.more_targets.size();
   std::vector<double> sorted_ms(rules, std::numeric_limits<double>::infinity());
@@ -630,6 +643,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     if (!c) continue;
     if (k < rules) sorted_ms[k] = c->est_ms;
     ranked.push_back(std::move(*c));
+    rule_of.push_back(k % rules);
     if (new_order) {
       best_of_order.push_back(ranked.size() - 1);
     } else if (ranked.back().est_ms < ranked[best_of_order.back()].est_ms) {
@@ -649,6 +663,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       Choice other = m.quick_search(batch, replicas, base.schedule, base.dp_recompute, &ranked);
       other.batching = base.batching;
       other.dp_recompute = base.dp_recompute;
+      rule_of.push_back(rule_of[k]);
       ranked.push_back(std::move(other));
     }
   }
@@ -657,43 +672,72 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       return a.est_ms < b.est_ms;
     });
   };
+  // The cuts the steps below start from: the best plan, and under auto each other rule's
+  // best near it (kRuleWindow). A fixed --schedule starts them from its own rule's best,
+  // and auto must find what that finds (GPT-6.7B pp 8 on the H100 preset, 80 GiB, 1024,
+  // 262,144 tokens: the 1F1B rule's best, 3193.1 ms by quick estimate, line-searched to
+  // 3135.2 and its padded cut planned 3051.6 in full with critical-path, while every step
+  // from the zb1p rule's best stopped at auto's 3077.7).
+  auto rule_starts = [&] {
+    const std::size_t overall = static_cast<std::size_t>(best() - ranked.begin());
+    std::vector<std::size_t> starts{overall};
+    if (!(idle_share(ranked[overall]) > kRuleStartsIdleShare)) return starts;
+    for (std::size_t rule = 0; rule < rules; ++rule) {
+      std::optional<std::size_t> rule_best;
+      for (std::size_t k = 0; k < rule_of.size(); ++k) {
+        if (rule_of[k] == rule && (!rule_best || ranked[k].est_ms < ranked[*rule_best].est_ms)) rule_best = k;
+      }
+      const double window = rule == 0 ? kRuleWindow : kOtherRuleWindow;
+      if (rule != rule_of[overall] && rule_best &&
+          ranked[*rule_best].est_ms <= ranked[overall].est_ms * window) {
+        starts.push_back(*rule_best);
+      }
+    }
+    return starts;
+  };
   if (m.options.schedule_aware_dp && m.config.pp > 1) {
     // DP ↔ simulation: a line search on the bubble weight of the best plan's memory rule.
     // (p − 1)·max t only approximates what a schedule loses to fill, drain and unequal
     // micro-batches, so the DP runs again with β doubled (smaller micro-batches) and, if
     // that did not help, halved; each step continues while the simulation improves.
-    const Choice start = *best();
-    for (double factor : {2.0, 0.5}) {
-      bool improved = false;
-      BatchingOptions again = start.batching;
-      double est = start.est_ms;
-      for (int step = 0; step < 2; ++step) {
-        again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
-        std::optional<Choice> c =
-            unless_ruled_out([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
-        if (!c || !(c->est_ms < est)) break;
-        est = c->est_ms;
-        ranked.push_back(std::move(*c));
-        improved = true;
+    for (std::size_t k : rule_starts()) {
+      const Choice start = ranked[k];
+      const std::size_t rule = rule_of[k];
+      for (double factor : {2.0, 0.5}) {
+        bool improved = false;
+        BatchingOptions again = start.batching;
+        double est = start.est_ms;
+        for (int step = 0; step < 2; ++step) {
+          again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
+          std::optional<Choice> c =
+              unless_ruled_out([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
+          if (!c || !(c->est_ms < est)) break;
+          est = c->est_ms;
+          ranked.push_back(std::move(*c));
+          rule_of.push_back(rule);
+          improved = true;
+        }
+        if (improved) break;
       }
-      if (improved) break;
     }
   }
   if (varlen && m.options.padded_cut) {
     // dynapipe-padded's cut of the best plan's rule, run varlen: more, length-homogeneous
     // micro-batches than the varlen DP makes, each no slower than dynapipe-padded's own
     // (docs/batching.md "Padded cuts").
-    const Choice& start = *best();
-    BatchingOptions padded_cut = start.batching;
-    padded_cut.varlen_order = VarlenOrder::Sorted;
-    padded_cut.varlen_row_capacity = false;
-    padded_cut.varlen_padded_cut = true;
-    // And its recompute mode: the padded DP cannot be pruned by the varlen incumbent, so
-    // each extra mode is a full DP (T5-11B pp 8 short256: ~8% of the plan).
-    if (!padded_cut.recompute) padded_cut.recompute = start.dp_recompute;
-    std::optional<Choice> c =
-        unless_ruled_out([&] { return m.search(batch, padded_cut, start.schedule, true, &cache, &ranked); });
-    if (c) ranked.push_back(std::move(*c));
+    for (std::size_t k : rule_starts()) {
+      const Choice start = ranked[k];
+      BatchingOptions padded_cut = start.batching;
+      padded_cut.varlen_order = VarlenOrder::Sorted;
+      padded_cut.varlen_row_capacity = false;
+      padded_cut.varlen_padded_cut = true;
+      // And its recompute mode: the padded DP cannot be pruned by the varlen incumbent, so
+      // each extra mode is a full DP (T5-11B pp 8 short256: ~8% of the plan).
+      if (!padded_cut.recompute) padded_cut.recompute = start.dp_recompute;
+      std::optional<Choice> c =
+          unless_ruled_out([&] { return m.search(batch, padded_cut, start.schedule, true, &cache, &ranked); });
+      if (c) ranked.push_back(std::move(*c));
+    }
   }
   if (varlen && m.options.baseline_cuts) {
     // packing-varlen's and token-based's own micro-batches (their 1F1B rule, as they plan
@@ -953,6 +997,24 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     if (++rank, others_searched++ == kFullSearches) break;
     others_best_ms = std::min(others_best_ms, search_in_full(ranked_choice, std::nullopt, true,
                                                              std::nullopt, others_best_ms));
+  }
+  if (m.schedule == ScheduleKind::Auto) {
+    // And each schedule row's best cut and best padded cut (the 1F1B rule's, searched with
+    // every schedule; the zb1p and interleaved rules'), where the quick estimate is within
+    // kRuleWindow of the best: quick estimates favour zb1p over critical-path, whose gain
+    // comes from the injection orders only the full search permutes, so the three best can
+    // all be zb1p cuts while --schedule critical-path plans faster (rule_starts()).
+    const double best_quick_ms = ranked.front().est_ms;
+    std::vector<std::pair<ScheduleKind, bool>> rows;
+    for (const Choice& ranked_choice : ranked) {
+      const std::pair row{ranked_choice.schedule, ranked_choice.batching.varlen_padded_cut};
+      if (ranked_choice.baseline_cut || std::ranges::count(rows, row) > 0) continue;
+      rows.push_back(row);
+      if (!(ranked_choice.est_ms <= best_quick_ms * kRuleWindow)) continue;
+      const double ms = search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
+                                       row.second && choice ? choice->est_ms : others_best_ms);
+      if (!row.second) others_best_ms = std::min(others_best_ms, ms);
+    }
   }
   // The baselines' cuts, then, each whose quick estimate is within kBaselineWindow of the
   // best full result of the three (the padded cut left out, so that option never changes

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Random configurations, simulated: does dynapipe beat every baseline, and does --schedule
+auto plan at least as fast as every named schedule?
+
+Each point draws a model (GPT-6.7B, T5-11B), a cost model (the analytic A100 40/80 GiB and
+H100 presets, the measured H100 profile), pp (2, 4, 8), dp (1, 2, 4), a max seqlen
+(512 .. 8192), a global batch (16,384 .. 262,144 tokens) and a memory limit, then runs
+`dynapipe simulate` on the bundled data:
+
+  bench/random_points.py strategies --seed 1 --points 80   # dynapipe against each baseline
+  bench/random_points.py schedules --seed 3 --points 60    # auto against each named schedule
+
+`strategies` compares each strategy's best schedule (auto) on its own layer split; a line
+ends in LOSS where another strategy plans faster. `schedules` runs one strategy
+(--strategy, default dynapipe) with auto and with each named schedule on the uniform split
+(so only the schedule search differs); a line ends in WORSE where a named schedule plans
+faster than auto. Last, a count. Deterministic: the same seed gives the same points and
+figures. Environment: DYNAPIPE (build/dynapipe).
+"""
+import argparse
+import os
+import random
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "assets", "flan_like_mix.jsonl.gz")
+BASELINES = ["padding", "packing", "packing-varlen", "token-based", "packing-megatron", "dynapipe-padded"]
+NAMED_SCHEDULES = ["1f1b", "zb1p", "critical-path", "wait-free-cyclic", "interleaved"]
+
+
+def draw(rng):
+    model = rng.choice(["gpt-6.7b", "t5-11b"])
+    cost = rng.choice(["analytic:a100-40g", "analytic:a100-80g", "analytic:h100-80g", "profile"])
+    if cost == "profile":
+        cost = os.path.join(ROOT, "assets", "profiles", f"{model}.h100.measured.json")
+    point = {
+        "model": model,
+        "cost": cost,
+        "pp": rng.choice([2, 4, 8]),
+        "dp": rng.choice([1, 1, 2, 4]),
+        "seqlen": rng.choice([512, 1024, 2048, 4096, 8192]),
+        "tokens": rng.choice([16384, 32768, 65536, 131072, 262144]),
+    }
+    point["gib"] = 40 if "40g" in cost else rng.choice([40, 80])
+    return point
+
+
+def describe(p):
+    return (f"{p['model']} pp{p['pp']} dp{p['dp']} {p['gib']}G {os.path.basename(p['cost'])} "
+            f"L{p['seqlen']} tokens {p['tokens']}")
+
+
+def simulate(binary, p, strategies, schedules, extra):
+    cmd = [binary, "simulate", "--samples", DATA, "--iterations", "2", "--strategies", strategies,
+           "--schedules", schedules, "--model", p["model"], "--pp", str(p["pp"]), "--dp", str(p["dp"]),
+           "--memory-limit", str(p["gib"]), "--cost-model", p["cost"], "--max-seqlen", str(p["seqlen"]),
+           "--global-batch-tokens", str(p["tokens"])] + extra
+    if p["model"] == "t5-11b":
+        cmd += ["--max-target-len", str(min(512, p["seqlen"]))]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"error: {' '.join(cmd)} exited {out.returncode}: {out.stderr.strip()}")
+    rows = {}
+    for line in out.stdout.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 4 and re.fullmatch(r"[0-9.]+", cells[3]):
+            rows[(cells[1], cells[2])] = float(cells[3])
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("compare", choices=["strategies", "schedules"])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--points", type=int, default=40)
+    parser.add_argument("--strategy", default="dynapipe", help="schedules: the strategy planned")
+    args = parser.parse_args()
+    binary = os.environ.get("DYNAPIPE", os.path.join(ROOT, "build", "dynapipe"))
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"error: {binary} is not an executable dynapipe; build it (bash scripts/build.sh)")
+    if args.points <= 0:
+        sys.exit(f"error: --points must be > 0, got {args.points}")
+
+    rng = random.Random(args.seed)
+    feasible = behind = 0
+    label = "LOSS" if args.compare == "strategies" else "WORSE"
+    for _ in range(args.points):
+        p = draw(rng)
+        if args.compare == "strategies":
+            rows = simulate(binary, p, ",".join(["dynapipe"] + BASELINES), "auto", [])
+            mine = rows.get(("dynapipe", "auto"))
+            others = {s: ms for (s, _), ms in rows.items() if s != "dynapipe"}
+        else:
+            rows = simulate(binary, p, args.strategy, ",".join(["auto"] + NAMED_SCHEDULES),
+                            ["--partition", "uniform"])
+            mine = rows.get((args.strategy, "auto"))
+            others = {sched: ms for (_, sched), ms in rows.items() if sched != "auto"}
+        if mine is None or not others:
+            print(f"{describe(p)}: infeasible", flush=True)
+            continue
+        feasible += 1
+        name, best = min(others.items(), key=lambda kv: kv[1])
+        slower = best < mine
+        behind += slower
+        print(f"{describe(p)}: {args.strategy if args.compare == 'schedules' else 'dynapipe'} "
+              f"{'auto ' if args.compare == 'schedules' else ''}{mine:.1f} ms, fastest other {name} "
+              f"{best:.1f} ({best / mine:.4f}x){' ' + label if slower else ''}", flush=True)
+    print(f"{feasible - behind} of {feasible} feasible points: "
+          + ("dynapipe the fastest (or tied)" if args.compare == "strategies"
+             else "auto at least as fast as every named schedule"))
+
+
+if __name__ == "__main__":
+    main()
