@@ -1,10 +1,9 @@
 #include "dynapipe/planner/planner.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <functional>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -799,13 +798,13 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       // token-based's budget is not walked here: that took T5-11B pp 8 65k plans from 15.6
       // to 23 ms (more baseline cuts searched in full) for dynapipe plans at most 2% faster.
       if (!by_objective || !ms || baseline != Strategy::PackingVarlen) continue;
-      // A size that fits only in a heavier recompute mode than the objective's adds its
-      // recomputation to every micro-batch: not looked at here, which keeps the walk from
-      // costing GPT-6.7B pp 4 65k plans ~10% for a cut 19% slower.
-      const Recompute mode = cut->recompute;
+      // Sizes that fit only in a heavier recompute mode than the objective's too, as
+      // packing-varlen's own walk takes them: at T5-11B pp 4 (A100 80 GiB, 1024, 32,768
+      // tokens) its 2-row micro-batches under selective recompute planned 2678.2 ms against
+      // dynapipe's 2699.1 until dynapipe ranked them (2640.8); +4% instructions for a
+      // GPT-6.7B pp 4 65k plan (it was +10% before the full searches stopped at their bars).
       m.walk_sizes(batch, theirs, cut->size, *ms,
                    [&](const BatchingOptions&, const BatchingResult& sized, double) -> std::optional<double> {
-                     if (mode < sized.recompute) return std::nullopt;
                      return rank_cut(baseline, sized);
                    });
     }
