@@ -72,6 +72,22 @@ std::vector<GlobalBatch> batches_of(const PlanConfig& config, std::int64_t count
   return form_global_batches(it->second, config.global_batch_tokens, count);
 }
 
+// `a` plans every batch no slower than `b` (1e-9: rounding in the simulated sums).
+void expect_no_slower(const Planner& a, const Planner& b, const std::vector<GlobalBatch>& batches) {
+  for (const GlobalBatch& batch : batches) {
+    EXPECT_LE(a.plan_iteration(batch).est_iteration_ms, b.plan_iteration(batch).est_iteration_ms * (1 + 1e-9))
+        << "iteration " << batch.index;
+  }
+}
+
+// `--schedule auto` plans the first `count` batches no slower than the `named` schedule.
+void expect_auto_no_slower_than(const PlanConfig& config, ScheduleKind named, std::int64_t count) {
+  PlanConfig fixed = config;
+  fixed.schedule = named;
+  expect_no_slower(Planner(config, options_with(false, {})), Planner(fixed, options_with(false, {})),
+                   batches_of(config, count));
+}
+
 TEST(PlannerTest, EveryStrategyCoversTheBatchWithinMemoryDeterministically) {
   for (const char* strategy :
        {"dynapipe", "padding", "packing", "packing-varlen", "token-based", "dynapipe-padded"}) {
@@ -247,15 +263,7 @@ TEST(PlannerTest, CriticalPathWinsWhereUnequalMicroBatchesMeetMemory) {
 TEST(PlannerTest, AutoBreaksTiesOfTheSlowestReplicaByTheOthers) {
   PlanConfig config = t5_config("analytic:h100-80g", 8, 8192, 512, 40);
   config.dp = 4;
-  PlanConfig critical_path = config;
-  critical_path.schedule = ScheduleKind::CriticalPath;
-  const Planner planner(config, options_with(false, {}));
-  const Planner fixed(critical_path, options_with(false, {}));
-  for (const GlobalBatch& batch : batches_of(config, 2)) {
-    EXPECT_LE(planner.plan_iteration(batch).est_iteration_ms,
-              fixed.plan_iteration(batch).est_iteration_ms * (1 + 1e-9))
-        << "iteration " << batch.index;
-  }
+  expect_auto_no_slower_than(config, ScheduleKind::CriticalPath, 2);
 }
 
 // Under auto the steps that start from the best ranked cut (the bubble-weight line search,
@@ -270,13 +278,7 @@ TEST(PlannerTest, AutoStartsFromEveryRulesBestAsItsFixedScheduleDoes) {
   config.cost_model = "analytic:h100-80g";
   config.memory_limit_gib = 80;
   config.global_batch_tokens = 262144;
-  PlanConfig critical_path = config;
-  critical_path.schedule = ScheduleKind::CriticalPath;
-  const Planner planner(config, options_with(false, {}));
-  const Planner fixed(critical_path, options_with(false, {}));
-  const GlobalBatch batch = batches_of(config, 1).front();
-  EXPECT_LE(planner.plan_iteration(batch).est_iteration_ms,
-            fixed.plan_iteration(batch).est_iteration_ms * (1 + 1e-9));
+  expect_auto_no_slower_than(config, ScheduleKind::CriticalPath, 1);
 }
 
 // packing-varlen without --micro-batch-size simulates two sizes, the objective's choice and
@@ -404,13 +406,8 @@ TEST(PlannerTest, PackingVarlenCutsInTheirOwnRowsKeepDynapipeAhead) {
   t5.stage_layers = assign_layers(t5.model, {5, 5, 5, 5, 5, 8, 8, 7});
   PlanConfig pv = t5;
   pv.strategy = Strategy::PackingVarlen;
-  const Planner dynapipe(t5, options_with(false, {}));
-  const Planner packing_varlen(pv, options_with(false, {}));
-  for (const GlobalBatch& batch : batches_of(t5, 3)) {
-    EXPECT_LE(dynapipe.plan_iteration(batch).est_iteration_ms,
-              packing_varlen.plan_iteration(batch).est_iteration_ms * (1 + 1e-9))
-        << "iteration " << batch.index;
-  }
+  expect_no_slower(Planner(t5, options_with(false, {})), Planner(pv, options_with(false, {})),
+                   batches_of(t5, 3));
 }
 
 // Where the best plan idles more than a fifth of its device time, its cut is searched again
