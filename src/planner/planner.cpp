@@ -1015,7 +1015,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
       rows.push_back(row);
       if (!(ranked_choice.est_ms <= best_quick_ms * kRuleWindow)) continue;
       const double ms = search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
-                                       row.second && choice ? choice->est_ms : others_best_ms);
+                                       row.second ? choice->est_ms : others_best_ms);
       if (!row.second) others_best_ms = std::min(others_best_ms, ms);
     }
   }
