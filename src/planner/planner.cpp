@@ -281,16 +281,38 @@ constexpr double kRandomOrdersIdleShare = 0.2;
 // bubble-weight line search, the padded cut) too where its best cut's quick estimate comes
 // within kRuleWindow of the best (the 1F1B rule, whose cuts critical-path runs: its quick
 // estimates fall furthest short of its full ones) or kOtherRuleWindow (the zb1p and
-// interleaved rules), and the best plan idles more than kRuleStartsIdleShare of its device
-// time. T5-11B pp 8 short256 idles 0.23: there the other rules' steps cost +42% planning
-// time with 1.05 for every rule and +21% with 1.02 for the others, for plans 0.04% faster
-// (the interleaved rule's DP at a small bubble weight alone took 7–11 ms); GPT-6.7B pp 4
-// 65k plans idle 0.09. Each schedule row's best cut gets a full search within kRuleWindow
-// under the same idle gate.
-constexpr double kRuleWindow = 1.05, kOtherRuleWindow = 1.02, kRuleStartsIdleShare = 0.15;
+// interleaved rules), where the best plan idles more than kRuleStartsIdleShare of its
+// device time and its makespan exceeds its busiest device's work by more than
+// kRuleStartsOverhead (what any schedule could still win). T5-11B pp 8 short256 idles 0.23
+// but mostly from its unequal encoder and decoder stages (overhead 0.03–0.04): there these
+// steps cost +68% planning instructions for plans 0.04% faster; the gains on random
+// configurations came at 0.053–0.1 and more. GPT-6.7B pp 4 65k plans idle 0.09. Each
+// schedule row's best cut gets a full search within kRuleWindow under the same gates.
+constexpr double kRuleWindow = 1.05, kOtherRuleWindow = 1.02;
+constexpr double kRuleStartsIdleShare = 0.15, kRuleStartsOverhead = 0.05;
+
+// makespan ÷ the busiest device's busy time − 1, the most over replicas: what any schedule
+// of these micro-batches could still gain (fill, drain and stalls on the bottleneck device).
+double bottleneck_overhead(const Choice& choice) {
+  double overhead = 0;
+  for (const ReplicaChoice& replica : choice.replicas) {
+    const SimResult& sim = replica.best.sim;
+    const double busiest = sim.busy_ms.empty() ? 0 : *std::ranges::max_element(sim.busy_ms);
+    if (busiest > 0) overhead = std::max(overhead, sim.makespan_ms / busiest - 1);
+  }
+  return overhead;
+}
 
 // 1 − Σ busy / (devices · makespan) of the slowest replica: the share of device time a
 // plan loses to fill, drain and stalls.
+double idle_share(const Choice& choice);
+
+// Whether another schedule of `choice`'s kind of cut could still gain enough to search the
+// other rules' cuts as a named schedule would (kRuleStartsIdleShare, kRuleStartsOverhead).
+bool schedules_can_gain(const Choice& choice) {
+  return idle_share(choice) > kRuleStartsIdleShare && bottleneck_overhead(choice) > kRuleStartsOverhead;
+}
+
 double idle_share(const Choice& choice) {
   double share = 0;
   for (const ReplicaChoice& replica : choice.replicas) {
@@ -681,7 +703,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
   auto rule_starts = [&] {
     const std::size_t overall = static_cast<std::size_t>(best() - ranked.begin());
     std::vector<std::size_t> starts{overall};
-    if (!(idle_share(ranked[overall]) > kRuleStartsIdleShare)) return starts;
+    if (!schedules_can_gain(ranked[overall])) return starts;
     for (std::size_t rule = 0; rule < rules; ++rule) {
       std::optional<std::size_t> rule_best;
       for (std::size_t k = 0; k < rule_of.size(); ++k) {
@@ -998,10 +1020,12 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     others_best_ms = std::min(others_best_ms, search_in_full(ranked_choice, std::nullopt, true,
                                                              std::nullopt, others_best_ms));
   }
-  if (m.schedule == ScheduleKind::Auto && choice && idle_share(*choice) > kRuleStartsIdleShare) {
+  if (m.schedule == ScheduleKind::Auto && choice && idle_share(*choice) > kRuleStartsIdleShare &&
+      bottleneck_overhead(ranked.front()) > kRuleStartsOverhead) {
     // And each schedule row's best cut and best padded cut (the 1F1B rule's, searched with
     // every schedule; the zb1p and interleaved rules'), where the quick estimate is within
-    // kRuleWindow of the best and the plan so far idles as rule_starts() asks: quick
+    // kRuleWindow of the best, the plan so far idles more than kRuleStartsIdleShare and the
+    // best ranked cut leaves a schedule more than kRuleStartsOverhead to win: quick
     // estimates favour zb1p over critical-path, whose gain comes from the injection orders
     // only the full search permutes, so the three best can all be zb1p cuts while
     // --schedule critical-path plans faster. (Where the plan idles less these searches
