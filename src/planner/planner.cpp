@@ -287,7 +287,8 @@ constexpr double kRandomOrdersIdleShare = 0.2;
 // but mostly from its unequal encoder and decoder stages (overhead 0.03–0.04): there these
 // steps cost +68% planning instructions for plans 0.04% faster; the gains on random
 // configurations came at 0.053–0.1 and more. GPT-6.7B pp 4 65k plans idle 0.09. Each
-// schedule row's best cut gets a full search within kRuleWindow under the same gates.
+// schedule row's best cut gets a full search within kRuleWindow under the same thresholds
+// (choose(): the idle share of the plan so far, the overhead of the best ranked cut).
 constexpr double kRuleWindow = 1.05, kOtherRuleWindow = 1.02;
 constexpr double kRuleStartsIdleShare = 0.15, kRuleStartsOverhead = 0.05;
 
@@ -305,14 +306,6 @@ double bottleneck_overhead(const Choice& choice) {
 
 // 1 − Σ busy / (devices · makespan) of the slowest replica: the share of device time a
 // plan loses to fill, drain and stalls.
-double idle_share(const Choice& choice);
-
-// Whether another schedule of `choice`'s kind of cut could still gain enough to search the
-// other rules' cuts as a named schedule would (kRuleStartsIdleShare, kRuleStartsOverhead).
-bool schedules_can_gain(const Choice& choice) {
-  return idle_share(choice) > kRuleStartsIdleShare && bottleneck_overhead(choice) > kRuleStartsOverhead;
-}
-
 double idle_share(const Choice& choice) {
   double share = 0;
   for (const ReplicaChoice& replica : choice.replicas) {
@@ -323,6 +316,12 @@ double idle_share(const Choice& choice) {
     share = std::max(share, 1 - busy / (sim.busy_ms.size() * sim.makespan_ms));
   }
   return share;
+}
+
+// Whether another schedule of `choice`'s kind of cut could still gain enough to search the
+// other rules' cuts as a named schedule would (kRuleStartsIdleShare, kRuleStartsOverhead).
+bool schedules_can_gain(const Choice& choice) {
+  return idle_share(choice) > kRuleStartsIdleShare && bottleneck_overhead(choice) > kRuleStartsOverhead;
 }
 
 // The ranking's order: by the estimate (the slowest replica), then by the other replicas'
