@@ -27,8 +27,10 @@ on one strategy, and a micro-batch's time is the median of its rounds (--rounds)
       --out replay.json plans/*.json
 
 Plans: `dynapipe plan --cost-model PROFILE.json --out P.json` (a profile cost model: its
-device gives the link figures), dp 1. The CPU (--device cpu, fp32, per-sample attention)
-is a smoke test of the script, not a measurement.
+device gives the link figures). With dp > 1 every replica is replayed and the iteration
+takes the slowest plus the plan's own estimate of the gradient all-reduce (not measured).
+The CPU (--device cpu, fp32, per-sample attention) is a smoke test of the script, not a
+measurement.
 """
 import argparse
 import gzip
@@ -78,8 +80,6 @@ def load_plan(path):
     if plan.get("format") != "dynapipe-plan":
         fail(f"{path}: not a plan (format {plan.get('format')!r}, expected \"dynapipe-plan\")")
     config = plan["config"]
-    if config["dp"] != 1:
-        fail(f"{path}: dp {config['dp']}: replay plans of dp 1")
     if config.get("stage_replicas"):
         fail(f"{path}: replicated stages are not replayed")
     try:
@@ -97,14 +97,14 @@ def load_plan(path):
 # ---------------------------------------------------------------- layout
 
 class Layout:
-    """Which pieces each virtual stage holds."""
+    """Which pieces each virtual stage holds, with `chunks` virtual stages per device."""
 
-    def __init__(self, config):
+    def __init__(self, config, chunks):
         model = config["model"]
         self.gpt = model["kind"] == "gpt"
         self.enc_layers = model["layers"]
         total = model["layers"] + (0 if self.gpt else model["dec_layers"])
-        pp, chunks = config["pp"], config["chunks"]
+        pp = config["pp"]
         per_device = config.get("layers_per_stage") or [total // pp + (d < total % pp) for d in range(pp)]
         per_virtual = [0] * (pp * chunks)
         for d, n in enumerate(per_device):
@@ -311,67 +311,85 @@ def replay(ops, cost, comm):
 
 
 def plan_jobs(plan, path, samples):
-    """[(iteration, replica, keys per mb)] and the set of (piece, mode, key) to measure."""
+    """[(iteration, [(replica, its stage layout, keys per mb)])] and the set of (piece,
+    mode, key) to measure."""
     config = plan["config"]
-    layout = Layout(config)
     wanted, iterations = set(), []
     for it in plan["iterations"]:
-        rep = it["replicas"][0]
-        keys = [microbatch_key(config, mb, samples, path) for mb in rep["microbatches"]]
-        for key in keys:
-            for stage in layout.pieces:
-                for piece in stage:
-                    mode = rep["recompute"] if piece in ("layer", "encoder", "decoder") else "none"
-                    wanted.add((piece, mode, key))
-        iterations.append((it, rep, keys))
-    return layout, iterations, wanted
+        replicas = []
+        for rep in it["replicas"]:
+            # under --schedule auto each replica has its own schedule: an interleaved one
+            # runs more virtual stages than config.chunks says
+            layout = Layout(config, (max(o["stage"] for o in rep["timeline"]) + 1) // config["pp"])
+            keys = [microbatch_key(config, mb, samples, path) for mb in rep["microbatches"]]
+            for key in keys:
+                for stage in layout.pieces:
+                    for piece in stage:
+                        wanted.add((piece, mode_of(piece, rep), key))
+            replicas.append((rep, layout, keys))
+        iterations.append((it, replicas))
+    return iterations, wanted
 
 
-def evaluate(plan, link, layout, iterations, measured):
-    """Per iteration: plan's estimate, replay of the estimates, replay of the measurements,
-    and per-device work (est, measured)."""
-    config = plan["config"]
+def mode_of(piece, replica):
+    """The recompute mode a piece runs in: the replica's for transformer layers."""
+    return replica["recompute"] if piece in ("layer", "encoder", "decoder") else "none"
+
+
+def evaluate_replica(config, link, layout, rep, keys, measured):
+    """One replica's iteration: its estimate, the replay of its estimates and of the
+    measurements, and each device's work (estimated, measured)."""
+    ops = rep["timeline"]
+    est = {(o["op"], o["mb"], o["stage"]): o["end_ms"] - o["start_ms"] for o in ops}
+
+    def stage_cost(mb, v):
+        f = bw = 0.0
+        for piece, count in layout.pieces[v].items():
+            pf, pb = measured[(piece, mode_of(piece, rep), keys[mb])]
+            f, bw = f + count * pf, bw + count * pb
+        return f, bw
+
+    def measured_cost(op):
+        f, bw = stage_cost(op["mb"], op["stage"])
+        if op["op"] == "F":
+            return f
+        if op["op"] == "B":
+            return bw
+        i, w = est.get(("I", op["mb"], op["stage"]), 0.0), est.get(("W", op["mb"], op["stage"]), 0.0)
+        share = i / (i + w) if i + w > 0 else 1.0
+        return bw * (share if op["op"] == "I" else 1 - share)
+
+    def comm(mb, src, dst):
+        elements = boundary_elements(config, layout, keys[mb], min(src, dst))
+        return link["latency_ms"] + elements * link["bytes_per_element"] / (link["bandwidth_gbs"] * 1e6)
+
+    devices = sorted({o["device"] for o in ops})
+    return {"schedule": rep["schedule"], "recompute": rep["recompute"], "microbatches": len(keys),
+            "est_ms": rep["est_iteration_ms"],
+            "est_replay_ms": replay(ops, lambda o: o["end_ms"] - o["start_ms"], comm),
+            "measured_ms": replay(ops, measured_cost, comm),
+            "work_est_ms": [sum(o["end_ms"] - o["start_ms"] for o in ops if o["device"] == d) for d in devices],
+            "work_measured_ms": [sum(measured_cost(o) for o in ops if o["device"] == d) for d in devices]}
+
+
+def evaluate(plan, link, iterations, measured):
+    """Per iteration: the plan's estimate and both replays (the slowest replica, then the
+    gradient all-reduce as the plan estimated it: what its iteration estimate adds to its
+    slowest replica's), and every replica's own figures."""
     out = []
-    for it, rep, keys in iterations:
-        ops = rep["timeline"]
-        est = {(o["op"], o["mb"], o["stage"]): o["end_ms"] - o["start_ms"] for o in ops}
-
-        def stage_cost(mb, v):
-            f = bw = 0.0
-            for piece, count in layout.pieces[v].items():
-                mode = rep["recompute"] if piece in ("layer", "encoder", "decoder") else "none"
-                pf, pb = measured[(piece, mode, keys[mb])]
-                f, bw = f + count * pf, bw + count * pb
-            return f, bw
-
-        def measured_cost(op):
-            f, bw = stage_cost(op["mb"], op["stage"])
-            if op["op"] == "F":
-                return f
-            if op["op"] == "B":
-                return bw
-            i, w = est.get(("I", op["mb"], op["stage"]), 0.0), est.get(("W", op["mb"], op["stage"]), 0.0)
-            share = i / (i + w) if i + w > 0 else 1.0
-            return bw * (share if op["op"] == "I" else 1 - share)
-
-        def comm(mb, src, dst):
-            elements = boundary_elements(config, layout, keys[mb], min(src, dst))
-            return link["latency_ms"] + elements * link["bytes_per_element"] / (link["bandwidth_gbs"] * 1e6)
-
-        est_replay = replay(ops, lambda o: o["end_ms"] - o["start_ms"], comm)
-        meas_replay = replay(ops, measured_cost, comm)
-        devices = sorted({o["device"] for o in ops})
-        work_est = [sum(o["end_ms"] - o["start_ms"] for o in ops if o["device"] == d) for d in devices]
-        work_meas = [sum(measured_cost(o) for o in ops if o["device"] == d) for d in devices]
-        out.append({"iteration": it["index"], "schedule": rep["schedule"], "recompute": rep["recompute"],
-                    "microbatches": len(keys), "est_ms": rep["est_iteration_ms"], "est_replay_ms": est_replay,
-                    "measured_ms": meas_replay, "work_est_ms": work_est, "work_measured_ms": work_meas})
+    for it, replicas in iterations:
+        rows = [evaluate_replica(plan["config"], link, layout, rep, keys, measured) for rep, layout, keys in replicas]
+        allreduce = max(0.0, it["est_iteration_ms"] - max(r["est_ms"] for r in rows))
+        out.append({"iteration": it["index"], "est_ms": it["est_iteration_ms"],
+                    "est_replay_ms": max(r["est_replay_ms"] for r in rows) + allreduce,
+                    "measured_ms": max(r["measured_ms"] for r in rows) + allreduce,
+                    "allreduce_est_ms": allreduce, "replicas": rows})
     return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("plans", nargs="+", help="plan JSON files (dynapipe plan --out), dp 1, one model")
+    ap.add_argument("plans", nargs="+", help="plan JSON files (dynapipe plan --out) on a profile cost model")
     ap.add_argument("--samples", required=True, help="the samples file the plans were made from")
     ap.add_argument("--out", required=True, help="results JSON to write")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -407,7 +425,7 @@ def main():
     for model_text in sorted(models):
         spec = json.loads(model_text)
         group = {p: v for p, v in plans.items() if json.dumps(v[0]["config"]["model"], sort_keys=True) == model_text}
-        wanted = sorted(set().union(*(v[4] for v in group.values())), key=repr)
+        wanted = sorted(set().union(*(v[3] for v in group.values())), key=repr)
         measurer = Measurer(spec, device, dtype, args.warmup, args.repeats)
         start = time.perf_counter()
         rounds = {job: [] for job in wanted}
@@ -432,8 +450,8 @@ def main():
                    for job, values in sorted(rounds.items(), key=lambda kv: repr(kv[0])))
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        for path, (plan, link, layout, iterations, _) in group.items():
-            rows = evaluate(plan, link, layout, iterations, measured)
+        for path, (plan, link, iterations, _) in group.items():
+            rows = evaluate(plan, link, iterations, measured)
             config = plan["config"]
             results.append({"plan": path, "model": spec["name"], "strategy": config["strategy"], "pp": config["pp"],
                             "max_seqlen": config["max_seqlen"], "memory_limit_gib": config["memory_limit_gib"],

@@ -51,16 +51,33 @@ def test_estimates_replay_to_the_plans_times_and_every_microbatch_is_measured(so
         plan = json.loads(open(result["plan"]).read())
         (row,) = result["iterations"]
         assert row["est_replay_ms"] == pytest.approx(plan["iterations"][0]["est_iteration_ms"], rel=1e-9)
-        assert row["microbatches"] == len(plan["iterations"][0]["replicas"][0]["microbatches"])
+        (replica,) = row["replicas"]
+        assert replica["microbatches"] == len(plan["iterations"][0]["replicas"][0]["microbatches"])
         # a makespan is at least its busiest device's work
-        assert row["measured_ms"] >= max(row["work_measured_ms"]) > 0
-        assert len(row["work_measured_ms"]) == 2
+        assert row["measured_ms"] == replica["measured_ms"] >= max(replica["work_measured_ms"]) > 0
+        assert len(replica["work_measured_ms"]) == 2
     pieces = {m["model"]: set() for m in report["measurements"]}
     for m in report["measurements"]:
         pieces[m["model"]].add(m["piece"])
         assert len(m["fwd_ms"]) == len(m["bwd_ms"]) == 2  # one per round
     assert pieces == {"gpt-tiny": {"embedding", "layer", "head"},
                       "t5-tiny": {"embedding", "dec_embedding", "encoder", "decoder", "head"}}
+
+
+def test_every_replica_is_replayed_and_the_allreduce_kept(source_dir, cli, tmp_path):
+    # (its two replicas run interleaved and zb1p: 4 and 2 virtual stages over config.chunks 1)
+    plan = make_plan(cli, source_dir, tmp_path / "dp2.json", "gpt-tiny", "dynapipe", "--dp", 2)
+    out = tmp_path / "replay.json"
+    r = run_script(source_dir, "--device", "cpu", "--samples", DATA, "--out", out, "--warmup", 0, "--repeats", 1, plan)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (row,) = json.loads(out.read_text())["results"][0]["iterations"]
+    iteration = json.loads(plan.read_text())["iterations"][0]
+    assert [x["schedule"] for x in row["replicas"]] == ["interleaved", "zb1p"]
+    assert [x["est_ms"] for x in row["replicas"]] == [x["est_iteration_ms"] for x in iteration["replicas"]]
+    slowest = max(x["est_iteration_ms"] for x in iteration["replicas"])
+    assert row["allreduce_est_ms"] == pytest.approx(iteration["est_iteration_ms"] - slowest) and row["allreduce_est_ms"] > 0
+    assert row["est_replay_ms"] == pytest.approx(iteration["est_iteration_ms"], rel=1e-9)
+    assert row["measured_ms"] == pytest.approx(max(x["measured_ms"] for x in row["replicas"]) + row["allreduce_est_ms"])
 
 
 def op(stage, kind, mb, device, start):
@@ -90,15 +107,15 @@ def test_replay_waits_for_inputs_and_messages(replay_module):
 def test_stage_pieces_follow_the_plans_split(replay_module):
     t5 = {"name": "t5", "kind": "t5", "hidden": 8, "heads": 2, "kv_channels": 0, "ffn_hidden": 16, "layers": 2,
           "dec_layers": 2, "vocab": 16, "max_positions": 64}
-    config = {"model": t5, "pp": 2, "chunks": 1}
-    assert replay_module.Layout(config).pieces == [
+    config = {"model": t5, "pp": 2}
+    assert replay_module.Layout(config, 1).pieces == [
         {"embedding": 1, "encoder": 2}, {"decoder": 2, "dec_embedding": 1, "head": 1}]
     config["layers_per_stage"] = [3, 1]
-    assert replay_module.Layout(config).pieces == [
+    assert replay_module.Layout(config, 1).pieces == [
         {"embedding": 1, "encoder": 2, "decoder": 1, "dec_embedding": 1}, {"decoder": 1, "head": 1}]
     gpt = {**t5, "kind": "gpt", "layers": 5, "dec_layers": 0}
     # interleaved: device d's chunk k is virtual stage k * pp + d, earlier chunks one layer more
-    assert replay_module.Layout({"model": gpt, "pp": 2, "chunks": 2}).pieces == [
+    assert replay_module.Layout({"model": gpt, "pp": 2}, 2).pieces == [
         {"embedding": 1, "layer": 2}, {"layer": 1}, {"layer": 1}, {"layer": 1, "head": 1}]
 
 
@@ -119,15 +136,15 @@ def test_packed_rows_become_segments_with_their_tails(replay_module):
 
 
 @pytest.mark.parametrize("what, message", [
-    ("dp", "dp 2: replay plans of dp 1"),
+    ("replicas", "replicated stages are not replayed"),
     ("analytic", "must be a profile JSON"),
     ("data", "holds"),
     ("missing", "No such file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(source_dir, cli, tmp_path, what, message):
     plan = tmp_path / "plan.json"
-    if what == "dp":
-        make_plan(cli, source_dir, plan, "gpt-tiny", "dynapipe", "--dp", 2)
+    if what == "replicas":
+        make_plan(cli, source_dir, plan, "gpt-tiny", "dynapipe", "--replicas", "2,1")
     elif what == "analytic":
         r = cli("plan", "--samples", source_dir / DATA, "--model", "gpt-tiny", "--max-seqlen", 256,
                 "--global-batch-tokens", 2048, "--iterations", 1, "--no-compare", "--out", plan)
