@@ -1,6 +1,7 @@
 // The real system behind `dynapipe train`: data/ global batches, planner/ Planner, and
 // runtime/model/ stage models + collate. This is the one file that binds the executor to
 // the modules it runs; each hook below is the single place to wire its module.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -115,10 +116,30 @@ struct TrainingData {
   std::shared_ptr<const std::vector<GlobalBatch>> batches;
 };
 
+// Positions restart with every sample (model/collate.cpp), so a sample longer than the
+// model's learned position table is the one thing that cannot embed; the runtime would
+// stop at its micro-batch, maybe hours in. Checked before any rank starts.
+void check_positions(const Dataset& dataset, const PlanConfig& config) {
+  const ModelSpec& model = config.model;
+  const bool gpt = model.kind == ModelKind::Gpt;
+  for (const Sample& s : dataset.samples()) {
+    const std::int64_t longest = gpt ? std::int64_t{s.input_len} + s.target_len
+                                     : std::max<std::int64_t>(s.input_len, s.target_len);
+    if (longest <= model.max_positions) continue;
+    throw Error(ErrorKind::InvalidArgument,
+                cat(config.samples_path, ": sample ", s.id, " has ", longest,
+                    gpt ? " tokens (input + target)" : (s.input_len >= s.target_len ? " input tokens" : " target tokens"),
+                    " after truncation, past the ", model.max_positions, " learned positions of ", model.name,
+                    " (max_positions); lower ", gpt || s.input_len >= s.target_len ? "--max-seqlen" : "--max-target-len",
+                    " to at most ", model.max_positions, " or raise max_positions"));
+  }
+}
+
 TrainingData load_training_data(const PlanConfig& config) {
   TrainingData data;
   data.dataset = std::make_shared<const Dataset>(
       Dataset::load(config.samples_path, truncation_limits(config)));
+  check_positions(*data.dataset, config);
   data.batches = std::make_shared<const std::vector<GlobalBatch>>(
       form_global_batches(data.dataset->samples(), data.dataset->truncated_ids(),
                           config.global_batch_tokens, config.iterations));
