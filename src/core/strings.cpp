@@ -22,7 +22,15 @@ std::vector<std::string> split(std::string_view text, char separator) {
 
 std::string format_gib(std::int64_t bytes) {
   char buffer[48];
-  std::snprintf(buffer, sizeof buffer, "%.1f GiB", bytes_to_gib(bytes));
+  // Below 0.1 GiB one decimal of GiB reads "0.0" (tiny models, a mistyped limit): MiB then.
+  const std::int64_t magnitude = bytes < 0 ? -bytes : bytes;
+  if (magnitude >= kGiB / 10 || bytes == 0) {
+    std::snprintf(buffer, sizeof buffer, "%.1f GiB", bytes_to_gib(bytes));
+  } else if (magnitude >= kMiB / 10) {
+    std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / kMiB);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%lld bytes", static_cast<long long>(bytes));
+  }
   return buffer;
 }
 

@@ -31,6 +31,15 @@ TEST(StringsTest, SplitKeepsEmptyFields) {
   EXPECT_EQ(join(std::vector<int>{1, 2, 3}, "-"), "1-2-3");
 }
 
+TEST(UnitsTest, FormatGibKeepsSmallSizesReadable) {
+  EXPECT_EQ(format_gib(40 * kGiB), "40.0 GiB");
+  EXPECT_EQ(format_gib(kGiB / 10), "0.1 GiB");
+  EXPECT_EQ(format_gib(kGiB / 10 - 1), "102.4 MiB");
+  EXPECT_EQ(format_gib(8 * kMiB + 300 * kKiB), "8.3 MiB");
+  EXPECT_EQ(format_gib(5000), "5000 bytes");
+  EXPECT_EQ(format_gib(0), "0.0 GiB");
+}
+
 TEST(UnitsTest, RoundUp) {
   EXPECT_EQ(round_up(0, 8), 0);
   EXPECT_EQ(round_up(1, 8), 8);

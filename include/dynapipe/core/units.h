@@ -14,7 +14,7 @@ inline constexpr std::int64_t kGiB = 1024 * kMiB;
 inline double bytes_to_gib(std::int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
 inline std::int64_t gib_to_bytes(double gib) { return static_cast<std::int64_t>(gib * kGiB); }
 
-// "40.0 GiB", for messages.
+// "40.0 GiB", for messages; below 0.1 GiB "8.3 MiB", below 0.1 MiB "5000 bytes".
 std::string format_gib(std::int64_t bytes);
 
 // Rounds n up to a multiple of `multiple` (multiple >= 1); 0 stays 0.
