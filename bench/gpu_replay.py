@@ -134,17 +134,21 @@ class Layout:
 
 
 def sample_tokens(config, inp, tgt):
-    """(encoder or GPT tokens, decoder tokens) of one sample after truncation."""
+    """(encoder or GPT tokens, decoder tokens) of one sample after truncation, as
+    truncate_lengths() (src/data/truncation.cpp) cuts them."""
+    max_seqlen = config["max_seqlen"]
+    max_target = config["max_target_len"] or max_seqlen
     if config["model"]["kind"] == "gpt":
-        return min(inp + tgt, config["max_seqlen"]), 0
-    return min(inp, config["max_seqlen"]), min(tgt, config["max_target_len"])
+        target = min(tgt, max_target, max_seqlen - 1)
+        return min(inp, max_seqlen - target) + target, 0
+    return min(inp, max_seqlen), min(tgt, max_target)
 
 
-def with_tail(lengths, width):
+def with_tail(lengths, width, where):
     """A row's segments with its unused tail as one more segment."""
     used = sum(lengths)
     if used > width:
-        raise ValueError(f"a row of {used} tokens in a shape of {width}")
+        fail(f"{where}: a row of {used} tokens in a shape of {width}")
     return lengths + ([width - used] if used < width else [])
 
 
@@ -166,13 +170,14 @@ def microbatch_key(config, mb, samples, path):
     if "density" not in mb:
         return b, s, d, None, None
     enc, dec = [], []
+    where = f"{path}: micro-batch {mb['id']}"
     for row in tokens:
         if not d:
-            enc += with_tail([e for e, _ in row], s)
+            enc += with_tail([e for e, _ in row], s, where)
             continue
         # the decoder's cross-attention pairs segment k of both sides: a tail on one side
         # only joins that side's last sample
-        e_row, d_row = with_tail([e for e, _ in row], s), with_tail([t for _, t in row], d)
+        e_row, d_row = with_tail([e for e, _ in row], s, where), with_tail([t for _, t in row], d, where)
         if len(e_row) > len(d_row):
             e_row = e_row[:-2] + [e_row[-2] + e_row[-1]]
         elif len(d_row) > len(e_row):

@@ -127,6 +127,11 @@ def test_packed_rows_become_segments_with_their_tails(replay_module):
     assert replay_module.microbatch_key(gpt, varlen, samples, "p") == (2, 40, 0, (12, 24, 4, 6, 34), None)
     dense = {"id": 0, "sample_ids": [1, 2], "shape": {"batch": 2, "seqlen": 24}, "real_tokens": 36}
     assert replay_module.microbatch_key(gpt, dense, samples, "p") == (2, 24, 0, None, None)
+    # GPT truncation as truncate_lengths(): the target first (to --max-target-len), then
+    # the input to what --max-seqlen leaves
+    assert replay_module.sample_tokens({**gpt, "max_seqlen": 16, "max_target_len": 3}, 20, 4) == (16, 0)
+    assert replay_module.sample_tokens({**gpt, "max_seqlen": 64, "max_target_len": 3}, 20, 4) == (23, 0)
+    assert replay_module.sample_tokens({**gpt, "max_target_len": 0}, 70, 4) == (64, 0)
     t5 = {"model": {"kind": "t5"}, "max_seqlen": 64, "max_target_len": 3}
     # decoder row: 2 + 3 (truncated) = 5 of 8 tokens, a tail of 3; encoder row 30 of 30, none:
     # the decoder's tail joins its last sample, so both sides have one segment per sample
