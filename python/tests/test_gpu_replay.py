@@ -4,6 +4,7 @@ measured, the replay itself on hand-checked timelines, the layouts of GPT and T5
 and of packed rows; bad input is one line and exit 2."""
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -78,6 +79,24 @@ def test_every_replica_is_replayed_and_the_allreduce_kept(source_dir, cli, tmp_p
     assert row["allreduce_est_ms"] == pytest.approx(iteration["est_iteration_ms"] - slowest) and row["allreduce_est_ms"] > 0
     assert row["est_replay_ms"] == pytest.approx(iteration["est_iteration_ms"], rel=1e-9)
     assert row["measured_ms"] == pytest.approx(max(x["measured_ms"] for x in row["replicas"]) + row["allreduce_est_ms"])
+
+
+def test_the_plans_script_writes_what_the_replay_reads(source_dir, tmp_path, replay_module, monkeypatch):
+    monkeypatch.chdir(source_dir)  # the plans name their profiles relative to it
+    env = {**os.environ, "DYNAPIPE": os.environ.get("DYNAPIPE_CLI", str(source_dir / "build/dynapipe")),
+           "MODELS": "gpt-6.7b t5-11b", "PPS": "4", "SEQLENS": "1024", "STRATEGIES": "dynapipe token-based",
+           "ITERATIONS": "1"}
+    r = subprocess.run(["bash", str(source_dir / "bench/gpu_replay_plans.sh"), str(tmp_path)], env=env,
+                       capture_output=True, text=True, timeout=240, cwd=source_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "4 plans in" in r.stdout
+    samples = replay_module.load_samples(str(source_dir / DATA))
+    for path in sorted(tmp_path.glob("*.json")):
+        plan, link = replay_module.load_plan(str(path))
+        assert "executors" not in plan["iterations"][0]["replicas"][0]
+        iterations, wanted = replay_module.plan_jobs(plan, str(path), samples)
+        rows = replay_module.evaluate(plan, link, iterations, {job: (1.0, 2.0) for job in wanted})
+        assert rows[0]["est_replay_ms"] == pytest.approx(rows[0]["est_ms"], rel=1e-9), path.name
 
 
 def op(stage, kind, mb, device, start):
