@@ -160,6 +160,10 @@ def microbatch_key(config, mb, samples, path):
     s = shape["seqlen"] if gpt else shape["enc_seqlen"]
     d = 0 if gpt else shape["dec_seqlen"]
     rows = mb.get("rows") or [[i] for i in mb["sample_ids"]]
+    missing = [i for row in rows for i in row if i not in samples]
+    if missing:
+        fail(f"{path}: micro-batch {mb['id']} holds sample {missing[0]}, which --samples does not have "
+             f"(is --samples the plan's data?)")
     tokens = [[sample_tokens(config, *samples[i]) for i in row] for row in rows]
     real = sum(e + t for row in tokens for e, t in row)
     if real != mb["real_tokens"]:

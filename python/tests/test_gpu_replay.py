@@ -163,6 +163,7 @@ def test_packed_rows_become_segments_with_their_tails(replay_module):
     ("replicas", "replicated stages are not replayed"),
     ("analytic", "must be a profile JSON"),
     ("data", "holds"),
+    ("ids", "which --samples does not have"),
     ("missing", "No such file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(source_dir, cli, tmp_path, what, message):
@@ -177,7 +178,10 @@ def test_bad_input_is_one_line_and_exit_2(source_dir, cli, tmp_path, what, messa
         make_plan(cli, source_dir, plan, "gpt-tiny", "dynapipe")
         other = tmp_path / "other.jsonl"
         other.write_text("".join(json.dumps({"id": i, "input_len": 7, "target_len": 1}) + "\n" for i in range(20000)))
-    samples = tmp_path / "other.jsonl" if what == "data" else DATA
+    elif what == "ids":  # a file without the plan's samples
+        make_plan(cli, source_dir, plan, "gpt-tiny", "dynapipe")
+        (tmp_path / "few.jsonl").write_text(json.dumps({"id": 0, "input_len": 7, "target_len": 1}) + "\n")
+    samples = {"data": tmp_path / "other.jsonl", "ids": tmp_path / "few.jsonl"}.get(what, DATA)
     out = tmp_path / "out.json"
     r = run_script(source_dir, "--device", "cpu", "--samples", samples, "--out", out, plan)
     assert r.returncode == 2, r.stdout + r.stderr
