@@ -123,15 +123,17 @@ void check_positions(const Dataset& dataset, const PlanConfig& config) {
   const ModelSpec& model = config.model;
   const bool gpt = model.kind == ModelKind::Gpt;
   for (const Sample& s : dataset.samples()) {
+    // GPT embeds input + target as one sequence; T5 each side on its own.
+    const bool input_side = gpt || s.input_len >= s.target_len;
     const std::int64_t longest = gpt ? std::int64_t{s.input_len} + s.target_len
                                      : std::max<std::int64_t>(s.input_len, s.target_len);
     if (longest <= model.max_positions) continue;
+    const char* what = gpt ? " tokens (input + target)" : input_side ? " input tokens" : " target tokens";
     throw Error(ErrorKind::InvalidArgument,
-                cat(config.samples_path, ": sample ", s.id, " has ", longest,
-                    gpt ? " tokens (input + target)" : (s.input_len >= s.target_len ? " input tokens" : " target tokens"),
-                    " after truncation, past the ", model.max_positions, " learned positions of ", model.name,
-                    " (max_positions); lower ", gpt || s.input_len >= s.target_len ? "--max-seqlen" : "--max-target-len",
-                    " to at most ", model.max_positions, " or raise max_positions"));
+                cat(config.samples_path, ": sample ", s.id, " has ", longest, what, " after truncation, past the ",
+                    model.max_positions, " learned positions of ", model.name, " (max_positions); lower ",
+                    input_side ? "--max-seqlen" : "--max-target-len", " to at most ", model.max_positions,
+                    " or raise max_positions"));
   }
 }
 
