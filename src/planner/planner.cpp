@@ -286,11 +286,13 @@ constexpr double kRandomOrdersIdleShare = 0.2;
 // kRuleStartsOverhead (what any schedule could still win). T5-11B pp 8 short256 idles 0.23
 // but mostly from its unequal encoder and decoder stages (overhead 0.03–0.04): there these
 // steps cost +68% planning instructions for plans 0.04% faster; the gains on random
-// configurations came at 0.053–0.1 and more. GPT-6.7B pp 4 65k plans idle 0.09. Each
+// configurations came at 0.053–0.1 and more. GPT-6.7B pp 4 65k plans idle 0.09. The idle
+// gate was 0.15 until a dp 4 plan idling 0.14 lost 1.3% to critical-path (GPT-6.7B pp 4,
+// H100 preset, 80 GiB, 2048, 262,144 tokens); at 0.12 no benchmark plan costs more. Each
 // schedule row's best cut gets a full search within kRuleWindow under the same thresholds
 // (choose(): the idle share of the plan so far, the overhead of the best ranked cut).
 constexpr double kRuleWindow = 1.05, kOtherRuleWindow = 1.02;
-constexpr double kRuleStartsIdleShare = 0.15, kRuleStartsOverhead = 0.05;
+constexpr double kRuleStartsIdleShare = 0.12, kRuleStartsOverhead = 0.05;
 
 // makespan ÷ the busiest device's busy time − 1, the most over replicas: what any schedule
 // of these micro-batches could still gain (fill, drain and stalls on the bottleneck device).
