@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <type_traits>
 
@@ -1038,22 +1039,22 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     // measured H100 profile, 40 GiB, 8192: the zb1p rule's third cut 1839.8 ms against
     // 1861.4; every row's three regardless cost T5-11B pp 8 65k +16% instructions).
     constexpr double kCloseRow = 1.01;
-    std::vector<std::pair<ScheduleKind, bool>> rows, closed;
+    // Per row (schedule, padded cut): its cuts taken so far; kFullSearches closes it.
+    std::map<std::pair<ScheduleKind, bool>, std::size_t> taken;
     for (const Choice& ranked_choice : ranked) {
-      const std::pair row{ranked_choice.schedule, ranked_choice.batching.varlen_padded_cut};
-      if (ranked_choice.baseline_cut || std::ranges::count(closed, row) > 0 ||
-          static_cast<std::size_t>(std::ranges::count(rows, row)) >= kFullSearches) {
-        continue;
-      }
-      rows.push_back(row);
+      if (ranked_choice.baseline_cut) continue;
+      const bool padded = ranked_choice.batching.varlen_padded_cut;
+      std::size_t& row_taken = taken[{ranked_choice.schedule, padded}];
+      if (row_taken >= kFullSearches) continue;
+      ++row_taken;
       if (!(ranked_choice.est_ms <= best_quick_ms * kRuleWindow)) {
-        closed.push_back(row);
+        row_taken = kFullSearches;
         continue;
       }
       const double ms = search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
-                                       row.second ? choice->est_ms : others_best_ms);
-      if (!row.second) others_best_ms = std::min(others_best_ms, ms);
-      if (!(ms <= choice->est_ms * kCloseRow)) closed.push_back(row);
+                                       padded ? choice->est_ms : others_best_ms);
+      if (!padded) others_best_ms = std::min(others_best_ms, ms);
+      if (!(ms <= choice->est_ms * kCloseRow)) row_taken = kFullSearches;
     }
   }
   // The baselines' cuts, then, each whose quick estimate is within kBaselineWindow of the
