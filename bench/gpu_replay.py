@@ -415,11 +415,11 @@ def main():
         fail("--device cuda: this PyTorch sees no GPU (use --device cpu for a smoke test)")
     samples = load_samples(args.samples)
 
-    plans = {}
+    groups = {}  # model (as JSON text) -> {plan path: (plan, link, iterations, wanted)}
     for path in args.plans:
         plan, link = load_plan(path)
-        plans[path] = (plan, link) + plan_jobs(plan, path, samples)
-    models = {json.dumps(p[0]["config"]["model"], sort_keys=True) for p in plans.values()}
+        model_text = json.dumps(plan["config"]["model"], sort_keys=True)
+        groups.setdefault(model_text, {})[path] = (plan, link) + plan_jobs(plan, path, samples)
     device = torch.device(args.device)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
@@ -431,9 +431,8 @@ def main():
         print(f"cpu, torch {torch.__version__}, fp32 (a smoke test)", flush=True)
 
     results, raw = [], []
-    for model_text in sorted(models):
+    for model_text, group in sorted(groups.items()):
         spec = json.loads(model_text)
-        group = {p: v for p, v in plans.items() if json.dumps(v[0]["config"]["model"], sort_keys=True) == model_text}
         wanted = sorted(set().union(*(v[3] for v in group.values())), key=repr)
         measurer = Measurer(spec, device, dtype, args.warmup, args.repeats)
         start = time.perf_counter()
@@ -465,15 +464,17 @@ def main():
             results.append({"plan": path, "model": spec["name"], "strategy": config["strategy"], "pp": config["pp"],
                             "max_seqlen": config["max_seqlen"], "memory_limit_gib": config["memory_limit_gib"],
                             "iterations": rows})
-            est = sum(r["est_ms"] for r in rows) / len(rows)
-            est_replay = sum(r["est_replay_ms"] for r in rows) / len(rows)
-            meas = sum(r["measured_ms"] for r in rows) / len(rows)
+            est, est_replay, meas = (mean_of(rows, k) for k in ("est_ms", "est_replay_ms", "measured_ms"))
             print(f"{Path(path).name}: {config['strategy']}, est {est:.1f} ms (replayed {est_replay:.1f}), "
                   f"measured costs {meas:.1f} ms ({meas / est:.3f}x the estimate)", flush=True)
         write(args.out, device, results, raw)  # after each model: a run cut short keeps what it measured
     print(f"wrote {args.out}", flush=True)
     print_points(results)
     return 0
+
+
+def mean_of(rows, key):
+    return statistics.fmean(row[key] for row in rows)
 
 
 def print_points(results):
@@ -483,9 +484,8 @@ def print_points(results):
     points = {}
     for r in results:
         key = (r["model"], r["pp"], r["max_seqlen"], r["memory_limit_gib"])
-        rows = r["iterations"]
-        points.setdefault(key, {})[r["strategy"]] = (sum(x["est_ms"] for x in rows) / len(rows),
-                                                     sum(x["measured_ms"] for x in rows) / len(rows))
+        points.setdefault(key, {})[r["strategy"]] = (mean_of(r["iterations"], "est_ms"),
+                                                     mean_of(r["iterations"], "measured_ms"))
     print("# point: strategy est/measured ms ... | fastest other / dynapipe: estimated, measured")
     for key, by in sorted(points.items()):
         memory = f"{key[3]:g} GiB" if key[3] else "the device's memory"
