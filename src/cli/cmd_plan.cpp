@@ -73,8 +73,9 @@ void add_summary_row(TextTable& table, const std::string& strategy, const Planne
 
 void run_plan(const PlanFlags& flags) {
   const int threads = checked_planner_threads(flags.planner_threads);
-  PlanConfig config = to_plan_config(flags.common, threads);
-  const std::vector<GlobalBatch> batches = load_global_batches(config);
+  SamplesCache samples;  // the file is read once for the split, the batches and the baselines
+  PlanConfig config = to_plan_config(flags.common, threads, &samples);
+  const std::vector<GlobalBatch> batches = load_global_batches(config, samples);
   PlannedRun chosen =
       plan_batches(config, batches, std::string(strategy_name(config.strategy)).c_str(), threads);
 
@@ -136,7 +137,7 @@ void run_plan(const PlanFlags& flags) {
     }
     // Each baseline on its own best split (docs/partition.md), not dynapipe's.
     const std::vector<std::exception_ptr> split_errors =
-        choose_layer_splits(flags.common, config, others, threads);
+        choose_layer_splits(flags.common, config, others, threads, samples);
     std::vector<PlanJob> jobs;
     std::deque<std::vector<GlobalBatch>> own_batches;  // packing-megatron's (stable addresses)
     for (std::size_t b = 0; b < baselines.size(); ++b) {
@@ -150,7 +151,7 @@ void run_plan(const PlanFlags& flags) {
       // packing-megatron's global batches are rows-based; the others share token batches.
       const bool rows_based =
           (strategy == Strategy::PackingMegatron) != (config.strategy == Strategy::PackingMegatron);
-      if (rows_based) own_batches.push_back(load_global_batches(other));
+      if (rows_based) own_batches.push_back(load_global_batches(other, samples));
       baseline.job = jobs.size();
       jobs.push_back({other, rows_based ? &own_batches.back() : &batches});
     }

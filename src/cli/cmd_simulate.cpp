@@ -38,16 +38,7 @@ std::string memory_cell(const std::vector<std::int64_t>& bytes) {
 
 void run_simulate(const SimulateFlags& flags) {
   const int threads = checked_planner_threads(flags.planner_threads);
-  const PlanConfig base = to_plan_config(flags.common, threads);
-  const std::vector<GlobalBatch> batches = load_global_batches(base);
-  std::printf("dynapipe simulate: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
-              base.model.name.c_str(), base.tp, base.pp, base.dp, static_cast<long long>(base.max_seqlen),
-              static_cast<long long>(base.global_batch_tokens), base.cost_model.c_str(),
-              batches.size());
-  TextTable table({"strategy", "schedule", "est. iter ms", "tokens/s", "bubble", "peak GiB/stage",
-                   "ideal ms", "vs ideal", "layers/stage", "busiest/ideal", "iter/busiest"});
-  ExecutionPlan best_plan;
-  double best_ms = 0;
+  // The lists are checked before the samples are read.
   const std::vector<std::string> strategies = split(flags.strategies, ',');
   const std::vector<std::string> schedules = split(flags.schedules, ',');
   for (const std::string& strategy : strategies) {
@@ -64,6 +55,17 @@ void run_simulate(const SimulateFlags& flags) {
                       ", got \"", schedule, "\""));
     }
   }
+  SamplesCache samples;  // the file is read once for the splits and every row's batches
+  const PlanConfig base = to_plan_config(flags.common, threads, &samples);
+  const std::vector<GlobalBatch> batches = load_global_batches(base, samples);
+  std::printf("dynapipe simulate: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
+              base.model.name.c_str(), base.tp, base.pp, base.dp, static_cast<long long>(base.max_seqlen),
+              static_cast<long long>(base.global_batch_tokens), base.cost_model.c_str(),
+              batches.size());
+  TextTable table({"strategy", "schedule", "est. iter ms", "tokens/s", "bubble", "peak GiB/stage",
+                   "ideal ms", "vs ideal", "layers/stage", "busiest/ideal", "iter/busiest"});
+  ExecutionPlan best_plan;
+  double best_ms = 0;
   std::vector<std::string> unsupported;  // why the n/a rows are n/a, each reason once
   std::vector<GlobalBatch> megatron_batches;  // packing-megatron's rows-based batches, when asked
   // Every row's configuration first, then every row's iterations planned at once.
@@ -80,7 +82,7 @@ void run_simulate(const SimulateFlags& flags) {
     if (megatron && megatron_batches.empty()) {
       PlanConfig config = base;
       config.strategy = Strategy::PackingMegatron;
-      megatron_batches = load_global_batches(config);
+      megatron_batches = load_global_batches(config, samples);
     }
     for (const std::string& schedule : schedules) {
       Row& row = rows.emplace_back();
@@ -94,7 +96,7 @@ void run_simulate(const SimulateFlags& flags) {
   // Every row on its own best split (docs/partition.md): a baseline compared in its
   // strongest form, not on the split chosen for --strategy (which `base` has).
   const std::vector<std::exception_ptr> split_errors =
-      choose_layer_splits(flags.common, base, configs, threads, [&](const PlanConfig& config) {
+      choose_layer_splits(flags.common, base, configs, threads, samples, [&](const PlanConfig& config) {
         return config.strategy != base.strategy || config.schedule != base.schedule;
       });
   std::vector<PlanJob> jobs;

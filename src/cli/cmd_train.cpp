@@ -111,7 +111,8 @@ void setup_train(CLI::App& app) {
   cmd->add_flag("--no-progress", args->no_progress, "No progress output on stderr");
   cmd->callback([args] {
     auto& options = args->options;
-    options.plan = to_plan_config(args->common);
+    options.samples = std::make_shared<SamplesCache>();  // one read for the split and the data
+    options.plan = to_plan_config(args->common, 1, options.samples.get());
     if (options.plan.tp > 1) {
       // The runtime's stage models hold whole layers; nothing splits a layer over devices.
       throw Error(ErrorKind::Unsupported,

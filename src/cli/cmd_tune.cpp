@@ -62,7 +62,8 @@ std::string point_recompute(const TunePoint& p) {
 
 void run_tune(const TuneFlags& flags) {
   TuneOptions options;
-  options.base = to_plan_config(flags.plan);
+  SamplesCache samples;  // the file is read once for the split and the grid
+  options.base = to_plan_config(flags.plan, 1, &samples);
   const PlanConfig& base = options.base;
   options.gpus = flags.gpus;
   options.iterations = flags.iterations;
@@ -74,7 +75,8 @@ void run_tune(const TuneFlags& flags) {
   // Fail fast on the cost model and model (e.g. a100-measured with another model) before
   // loading data.
   make_cost_model(base.cost_model, base.model, {});
-  const Dataset dataset = Dataset::load(base.samples_path, truncation_limits(base));
+  const std::shared_ptr<const Dataset> loaded = samples.load(base.samples_path, truncation_limits(base));
+  const Dataset& dataset = *loaded;
 
   const bool interactive = isatty(fileno(stderr)) != 0;
   if (interactive) {

@@ -63,9 +63,9 @@ MegatronRows megatron_rows(const PlanConfig& config) {
           .max_target_len = config.max_target_len > 0 ? config.max_target_len : config.max_seqlen};
 }
 
-std::vector<GlobalBatch> load_global_batches(const PlanConfig& config) {
-  const TruncationLimits options = truncation_limits(config);
-  const Dataset dataset = Dataset::load(config.samples_path, options);
+std::vector<GlobalBatch> load_global_batches(const PlanConfig& config, SamplesCache& samples) {
+  const std::shared_ptr<const Dataset> loaded = samples.load(config.samples_path, truncation_limits(config));
+  const Dataset& dataset = *loaded;
   // packing-megatron's global batch is a number of padded rows (its token budget counts
   // padding); every other strategy shares the token-budget batches.
   std::vector<GlobalBatch> batches =
@@ -134,8 +134,8 @@ PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>
 
 std::vector<std::exception_ptr> choose_layer_splits(
     const PlanOptions& options, const PlanConfig& base, std::vector<PlanConfig>& configs,
-    int threads, const std::function<bool(const PlanConfig&)>& wanted) {
-  const std::vector<GlobalBatch> batches = partition_batches(options, base);
+    int threads, SamplesCache& samples, const std::function<bool(const PlanConfig&)>& wanted) {
+  const std::vector<GlobalBatch> batches = partition_batches(options, base, &samples);
   // Splits read no batches where they are instant (uniform): no line then.
   ProgressLine line(!batches.empty(), [&](std::size_t done) {
     return cat("choosing layer splits: ", done, "/", configs.size());

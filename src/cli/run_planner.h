@@ -17,8 +17,9 @@ namespace dynapipe::cli {
 MegatronRows megatron_rows(const PlanConfig& config);
 
 // Global batches of the samples file named in config (truncated per config), at most
-// config.iterations of them (0 = all); packing-megatron's are rows-based. Prints a one-line dataset summary on stderr.
-std::vector<GlobalBatch> load_global_batches(const PlanConfig& config);
+// config.iterations of them (0 = all); packing-megatron's are rows-based. Reads the file
+// through `samples` (once per command). Prints a one-line dataset summary on stderr.
+std::vector<GlobalBatch> load_global_batches(const PlanConfig& config, SamplesCache& samples);
 
 struct PlannedRun {
   std::vector<IterationPlan> iterations;
@@ -50,11 +51,11 @@ PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>
 
 // Sets each configs[i].stage_layers to its own split (stage_layers_for() under `options`'
 // --partition) where wanted(configs[i]) (none given: every one), all on `threads` threads,
-// on the first batches of base's samples read once (partition_batches()), with progress on
-// an interactive stderr. Returns, per configuration, the error choosing its split threw
-// (null: chosen, or not wanted); the splits are the same for any thread count.
+// on the first batches of base's samples (partition_batches(), through `samples`), with
+// progress on an interactive stderr. Returns, per configuration, the error choosing its
+// split threw (null: chosen, or not wanted); the splits are the same for any thread count.
 std::vector<std::exception_ptr> choose_layer_splits(
     const PlanOptions& options, const PlanConfig& base, std::vector<PlanConfig>& configs,
-    int threads, const std::function<bool(const PlanConfig&)>& wanted = {});
+    int threads, SamplesCache& samples, const std::function<bool(const PlanConfig&)>& wanted = {});
 
 }  // namespace dynapipe::cli

@@ -1,6 +1,7 @@
 #include "dynapipe/planner/plan_options.h"
 
 #include <cmath>
+#include <memory>
 #include <string_view>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "dynapipe/core/strings.h"
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/data/dataset.h"
+#include "dynapipe/data/samples_cache.h"
 #include "dynapipe/data/global_batch.h"
 #include "dynapipe/planner/layer_partition.h"
 #include "dynapipe/planner/planner.h"
@@ -162,7 +164,7 @@ void validate_plan_options(const PlanOptions& options) {
   }
 }
 
-PlanConfig to_plan_config(const PlanOptions& options, int threads) {
+PlanConfig to_plan_config(const PlanOptions& options, int threads, SamplesCache* samples) {
   validate_plan_options(options);
   PlanConfig config;
   config.model = load_model_spec(options.model);
@@ -186,7 +188,7 @@ PlanConfig to_plan_config(const PlanOptions& options, int threads) {
   config.token_budget = options.token_budget;
   if (options.recompute != "auto") config.recompute = parse_recompute(options.recompute);
   config.vertical_sync = options.vertical_sync == 1;
-  config.stage_layers = stage_layers_for(options, config, threads);
+  config.stage_layers = stage_layers_for(options, config, threads, samples);
   config.stage_replicas = parse_stage_replicas(options.replicas, config.pp);
   return config;
 }
@@ -204,7 +206,8 @@ LayerPartition partition_of(const PlanOptions& options) {
 
 }  // namespace
 
-std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const PlanConfig& config) {
+std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const PlanConfig& config,
+                                           SamplesCache* samples) {
   const LayerPartition partition = partition_of(options);
   // balanced weighs the layers by the first batches' work when the samples are known.
   const bool wants_batches = partition == LayerPartition::Joint ||
@@ -214,8 +217,9 @@ std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const Pla
     throw Error(ErrorKind::InvalidArgument, "--partition joint needs the samples file (--samples / --data)");
   }
   const LayerPartitionOptions defaults;
-  const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
-  return form_global_batches(data, config.global_batch_tokens, defaults.joint_batches);
+  const std::shared_ptr<const Dataset> data =
+      load_samples(samples, config.samples_path, truncation_limits(config));
+  return form_global_batches(*data, config.global_batch_tokens, defaults.joint_batches);
 }
 
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,
@@ -225,8 +229,9 @@ std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const Plan
   return choose_stage_layers(config, partition_of(options), batches, partition_options);
 }
 
-std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config, int threads) {
-  return stage_layers_for(options, config, partition_batches(options, config), threads);
+std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config, int threads,
+                                          SamplesCache* samples) {
+  return stage_layers_for(options, config, partition_batches(options, config, samples), threads);
 }
 
 }  // namespace dynapipe

@@ -8,6 +8,7 @@
 #include "dynapipe/cost/layer_balance.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/global_batch.h"
+#include "dynapipe/data/samples_cache.h"
 #include "dynapipe/planner/plan_options.h"
 #include "dynapipe/planner/planner.h"
 
@@ -192,6 +193,25 @@ TEST(LayerPartitionTest, BalancedTriesTheSplitsOfHalfTheMemory) {
   EXPECT_NE(chosen, full_limit);
   EXPECT_LT(planned_ms(config, chosen, batches, /*fixed_layout=*/false),
             0.95 * planned_ms(config, full_limit, batches, false));
+}
+
+TEST(LayerPartitionTest, ASamplesCacheReadsTheFileOnceForTheSplitAndTheBatches) {
+  // `plan` and `simulate` pass one cache to the split and to their batches: one read.
+  PlanOptions options;
+  options.model = "gpt-6.7b";
+  options.samples = DYNAPIPE_SOURCE_DIR "/assets/flan_like_mix.jsonl.gz";
+  options.pp = 2;
+  SamplesCache cache;
+  const PlanConfig config = to_plan_config(options, 1, &cache);
+  EXPECT_EQ(cache.reads(), 1u);
+  EXPECT_EQ(config.stage_layers, to_plan_config(options).stage_layers);
+  const std::vector<GlobalBatch> cached = partition_batches(options, config, &cache);
+  const std::vector<GlobalBatch> read = partition_batches(options, config);
+  ASSERT_EQ(cached.size(), read.size());
+  for (std::size_t b = 0; b < read.size(); ++b) EXPECT_EQ(cached[b].samples.size(), read[b].samples.size());
+  EXPECT_EQ(stage_layers_for(options, config, 1, &cache), config.stage_layers);
+  EXPECT_EQ(cache.load(config.samples_path, truncation_limits(config))->samples().size(), 20000u);
+  EXPECT_EQ(cache.reads(), 1u);
 }
 
 TEST(LayerPartitionTest, EachStrategyGetsItsOwnFasterSplit) {

@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "dynapipe/data/samples_cache.h"
 #include "dynapipe/plan/execution_plan.h"
 
 namespace dynapipe {
@@ -81,22 +82,26 @@ void validate_plan_options(const PlanOptions& options);
 // max_target_len 0 resolved to max_seqlen, the layer split chosen by `partition`). Throws what validate_plan_options() and
 // load_model_spec() throw.
 // threads: planning the layer split's candidates at once (LayerPartitionOptions::threads).
-PlanConfig to_plan_config(const PlanOptions& options, int threads = 1);
+// samples: where the split reads the samples file (null: read here, once per call), so
+// a command that reads the file again for its batches reads it once.
+PlanConfig to_plan_config(const PlanOptions& options, int threads = 1,
+                          SamplesCache* samples = nullptr);
 
 // The layer split `options.partition` chooses for `config`'s own strategy and schedule,
 // as to_plan_config() chooses it for options.strategy and options.schedule: `plan`'s
 // comparison and `simulate` plan every strategy x schedule on its own best split, so each
 // baseline is compared in its strongest form (docs/partition.md). Empty means uniform.
-// Reads the samples file once per call when the partition needs it.
+// Reads the samples file (through `samples`, when given) when the partition needs it.
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,
-                                          int threads = 1);
+                                          int threads = 1, SamplesCache* samples = nullptr);
 
 // The global batches options.partition chooses a split on for `config` (the first
 // LayerPartitionOptions::joint_batches of its samples; none where it reads no samples:
-// uniform, pp 1, or balanced without a samples file). Reads the samples file. They depend
-// on the samples and the truncation limits only, so one read serves every strategy and
-// schedule of a command.
-std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const PlanConfig& config);
+// uniform, pp 1, or balanced without a samples file). Reads the samples file (through
+// `samples`, when given). They depend on the samples and the truncation limits only, so
+// one read serves every strategy and schedule of a command.
+std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const PlanConfig& config,
+                                           SamplesCache* samples = nullptr);
 
 // stage_layers_for() on batches partition_batches() read for the same samples and limits.
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,

@@ -17,15 +17,20 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "dynapipe/data/samples_cache.h"
 #include "dynapipe/plan/execution_plan.h"
 
 namespace dynapipe::runtime {
 
 struct TrainOptions {
   PlanConfig plan;              // model, samples_path (--data), strategy, schedule, pp, dp, ...
+  // Where this process reads plan.samples_path: to_plan_config()'s layer split and the
+  // training data share one read. Null: read on each use.
+  std::shared_ptr<SamplesCache> samples;
   std::int64_t steps = 10;      // optimizer steps (global batches; the data cycles). >= 1
   std::string metrics_path;     // --metrics FILE.jsonl; empty: none
   int threads_per_rank = 1;     // torch::set_num_threads in every rank. >= 1

@@ -10,6 +10,7 @@
 #include "dynapipe/cost/calibration.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/global_batch.h"
+#include "dynapipe/data/samples_cache.h"
 #include "dynapipe/data/truncation.h"
 #include "dynapipe/planner/planner.h"
 #include "dynapipe/runtime/plan_store.h"
@@ -137,10 +138,9 @@ void check_positions(const Dataset& dataset, const PlanConfig& config) {
   }
 }
 
-TrainingData load_training_data(const PlanConfig& config) {
+TrainingData load_training_data(const PlanConfig& config, SamplesCache* samples) {
   TrainingData data;
-  data.dataset = std::make_shared<const Dataset>(
-      Dataset::load(config.samples_path, truncation_limits(config)));
+  data.dataset = load_samples(samples, config.samples_path, truncation_limits(config));
   check_positions(*data.dataset, config);
   data.batches = std::make_shared<const std::vector<GlobalBatch>>(
       form_global_batches(data.dataset->samples(), data.dataset->truncated_ids(),
@@ -162,7 +162,7 @@ PlannerOptions training_planner_options() {
 void check_training_inputs(const TrainOptions& options) {
   parse_plan_store_url(options.plan_store);
   const Planner planner(options.plan, training_planner_options());
-  load_training_data(options.plan);
+  load_training_data(options.plan, options.samples.get());
 }
 
 std::shared_ptr<const TokenSource> make_dataset_token_source(std::shared_ptr<const Dataset> dataset) {
@@ -172,7 +172,7 @@ std::shared_ptr<const TokenSource> make_dataset_token_source(std::shared_ptr<con
 TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
   TrainHooks hooks;
   const PlanConfig& config = options.plan;
-  const TrainingData data = load_training_data(config);
+  const TrainingData data = load_training_data(config, options.samples.get());
   const std::shared_ptr<const Dataset>& dataset = data.dataset;
   // Every rank builds the planner (cheap: cost models only) for the stage layout; only
   // rank 0 plans. With fixed_layout, every iteration keeps one layout: one stage per
