@@ -94,7 +94,8 @@ Dataset Dataset::load(const std::string& path, const TruncationLimits& limits) {
   while (reader.next(text)) {
     if (text.find_first_not_of(" \t") == std::string::npos) continue;
     const std::int64_t line_number = reader.line_number();
-    const std::string where = cat(path, ":", line_number);
+    // Plain appends, not cat(): a string stream per line was a quarter of the read.
+    const std::string where = path + ":" + std::to_string(line_number);
     const JsonDocument document(text, where, "line");
     const JsonValue line = document.root();
     line.expect_object();
