@@ -10,7 +10,7 @@
 #
 # Environment: MODEL (gpt-tiny), PP (2), DP (1), MAX_SEQLEN (2048), TOKENS (16384 per
 # global batch), STEPS (3), THREADS (1 per rank), DATA (the bundled dataset),
-# STRATEGIES (all five), DYNAPIPE (build/dynapipe), REPLICAS (1: none; e.g. 2,1 runs
+# STRATEGIES (all five; spaces or commas between names), DYNAPIPE (build/dynapipe), REPLICAS (1: none; e.g. 2,1 runs
 # stage 0 on two ranks, --replicas), TRAIN_FLAGS (more `train` flags, e.g.
 # --release-freed-memory).
 set -euo pipefail
@@ -27,6 +27,7 @@ THREADS=${THREADS:-1}
 REPLICAS=${REPLICAS:-1}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 STRATEGIES=${STRATEGIES:-"packing dynapipe packing-varlen token-based padding"}
+STRATEGIES=${STRATEGIES//,/ }
 # A receive waits for the peer's whole F+B of a micro-batch: padding's 30-row x 2048
 # micro-batches take minutes on a CPU.
 COMM_TIMEOUT=${COMM_TIMEOUT:-3600}
@@ -75,8 +76,12 @@ for s in strategies:
         eff=real / padded if padded else 0.0,
         peak=max(m["peak_memory_above_start_bytes"] for m in steps) / 2**20,
         loss=steps[-1]["loss"])
-base = rows.get("packing", next(iter(rows.values())))["tps"]
-print("| strategy | tokens/s (median) | vs packing | step s (median) | est. step s | padding eff. | peak MiB above start | final loss | tokens/s (timed steps together) |")
+if not rows:
+    sys.exit("error: no strategy trained (see the errors above)")
+# The ratio column is to packing, or to the first strategy that trained without it.
+base_name = "packing" if "packing" in rows else next(iter(rows))
+base = rows[base_name]["tps"]
+print(f"| strategy | tokens/s (median) | vs {base_name} | step s (median) | est. step s | padding eff. | peak MiB above start | final loss | tokens/s (timed steps together) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for s, r in rows.items():
     print(f"| {s} | {r['tps']:.0f} | {r['tps'] / base:.2f}x | {r['step']:.2f} | {r['est']:.2f} "
