@@ -74,9 +74,10 @@ std::vector<GlobalBatch> load_global_batches(const PlanConfig& config, SamplesCa
                                          config.global_batch_tokens, config.iterations)
           : form_global_batches(dataset.samples(), dataset.truncated_ids(), config.global_batch_tokens,
                                 config.iterations);
-  std::fprintf(stderr, "%s: %zu samples (%lld truncated), %zu global batches\n",
+  std::fprintf(stderr, "%s: %zu samples (%lld truncated), %zu global batches%s\n",
                config.samples_path.c_str(), dataset.samples().size(),
-               static_cast<long long>(dataset.truncated_ids().size()), batches.size());
+               static_cast<long long>(dataset.truncated_ids().size()), batches.size(),
+               config.strategy == Strategy::PackingMegatron ? " of packing-megatron's padded rows" : "");
   return batches;
 }
 
