@@ -425,6 +425,7 @@ struct Planner::Impl {
                                                    std::span<const MicroBatch> microbatches,
                                                    Recompute recompute) const;
   std::vector<Choice> rank_dp_plans(const GlobalBatch& batch) const;
+  void walk_token_budget(const GlobalBatch& batch, Choice* choice, std::vector<Choice>* searched) const;
   template <typename Score>
   void walk_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,
                   double from_ms, Score&& score) const;
@@ -887,6 +888,57 @@ Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice
   return again;
 }
 
+// walk_token_budget() runs where the plan so far idles more than this share of its device
+// time: fill and drain then rule, and the size of the micro-batches around the longest
+// sample decides. Where any schedule could gain (schedules_can_gain()) the walk gained
+// 0.3–1.9% at 6 of 60 issue-8-family plans, but cost T5-11B pp 8 65k plans (idle 0.33, no
+// gain) +59% instructions with full searches, +25% with two orders each.
+constexpr double kTokenWalkIdleShare = 0.5;
+
+// token-based's own micro-batches run as varlen rows, its token budget walked as its own
+// plan walks it: by full searches. Where fill and drain rule, quick estimates cannot stand
+// in for them (GPT-6.7B pp 8, A100 40 GiB, 8192, 16,384 tokens, the plan idling 0.81: they
+// walked the budget up, token-based's full searches down to many short micro-batches
+// around a lone 8192-token sample, 3816.3 ms against dynapipe's 3872.4). Each search need
+// only beat the plan so far (`choice`), which a faster cut replaces; the walk goes on while
+// its sizes do. Those cuts join `searched` for their random orders.
+void Planner::Impl::walk_token_budget(const GlobalBatch& batch, Choice* choice,
+                                      std::vector<Choice>* searched) const {
+  BatchingOptions theirs = batching;
+  theirs.strategy = Strategy::TokenBased;
+  theirs.in_flight.clear();
+  theirs.bubble_weight = 1.0;
+  const std::optional<BatchingResult> cut =
+      unless_ruled_out([&] { return make_microbatches(batch, *cost, theirs); });
+  if (!cut) return;
+  // The cut's simulated time where it beats the plan so far, else to_beat_ms (the walk
+  // stops there).
+  auto beats = [&](const BatchingResult& sized, double to_beat_ms) -> std::optional<double> {
+    std::vector<std::vector<MicroBatch>> replicas;
+    for (const std::vector<MicroBatch>& replica : sized.replicas) {
+      replicas.push_back(as_varlen_microbatches(batch, replica, batching));
+    }
+    return unless_ruled_out([&]() -> double {
+      Choice c = search_replicas(batch, replicas, schedule, {.beat_ms = std::min(to_beat_ms, choice->est_ms)});
+      if (c.replicas.empty()) return to_beat_ms;
+      c.batching = batching;
+      c.dp_recompute = sized.recompute;
+      c.baseline_cut = true;
+      const double ms = c.est_ms;
+      *choice = c;
+      searched->push_back(std::move(c));
+      return ms;
+    });
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::optional<double> objective_ms = beats(*cut, inf);
+  if (!objective_ms) return;
+  walk_sizes(batch, theirs, cut->size, *objective_ms,
+             [&](const BatchingOptions&, const BatchingResult& sized, double to_beat_ms) {
+               return beats(sized, to_beat_ms);
+             });
+}
+
 // The plan of one iteration: baselines search their one micro-batching; the DP strategies
 // rank theirs quickly and search the three best in full (every recompute mode, permuted
 // orders), keeping the faster.
@@ -1133,6 +1185,10 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
         return true;
       });
     }
+  }
+  if (m.options.baseline_cuts && m.batching.strategy == Strategy::DynaPipe &&
+      idle_share(*choice) > kTokenWalkIdleShare) {
+    walk_token_budget(batch, &*choice, &baseline_full);
   }
   // Random orders for the chosen plan and for the baseline cuts searched in full: given
   // the same search, packing-varlen's own plan beat the DP's at T5-11B pp 8 4096

@@ -419,6 +419,24 @@ TEST(PlannerTest, BaselineCutsKeepDynapipeAheadOfPackingVarlenAndTokenBased) {
   }
 }
 
+// Where fill and drain rule, token-based's budget is walked by full searches, as its own
+// plan walks it (walk_token_budget()): GPT-6.7B pp 8 at 40 GiB, max seqlen 8192, 16,384
+// tokens (bench/random_points.py strategies seed 7), whose second batch holds one
+// 8192-token sample. dynapipe's 7 micro-batches there planned 3872.4 ms; token-based's
+// budget walked down to 512 runs 17 (the long sample alone, the rest short) in 3816.3.
+TEST(PlannerTest, DynapipeWalksTokenBasedsBudgetWhereFillAndDrainRule) {
+  PlanConfig config = gpt_config("dynapipe", 8, 1, 8192);
+  config.global_batch_tokens = 16384;
+  PlanConfig token_based = config;
+  token_based.strategy = Strategy::TokenBased;
+  const GlobalBatch batch = batches_of(config, 2).back();
+  const IterationPlan plan = Planner(config, options_with(false, {})).plan_iteration(batch);
+  EXPECT_LE(plan.est_iteration_ms,
+            Planner(token_based, options_with(false, {})).plan_iteration(batch).est_iteration_ms);
+  EXPECT_LT(plan.est_iteration_ms, 3816.3);
+  EXPECT_GT(plan.replicas.front().microbatches.size(), 7u);
+}
+
 // packing-varlen's cuts are also tried in its own block-diagonal rows, not only as one
 // varlen row each: on the flash H100 preset one row of the same samples costs T5-11B's
 // decoder stages ~1.7% more, and packing-varlen's plan was 1.1% ahead (pp 8, 80 GiB,
