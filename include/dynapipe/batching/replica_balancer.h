@@ -18,4 +18,11 @@ namespace dynapipe {
 // REQUIRES: replicas >= 1, loads >= 0.
 std::vector<int> balance_replicas(std::span<const double> loads, int replicas);
 
+// balance_replicas(), then improved for what a pipeline replica takes: its items' sum plus
+// `slope` times its largest item (the DP objective's Σt + β(p − 1)·max t). Moves of one item
+// and swaps of two between the worst replica and another, the best first, while the largest
+// replica objective falls; no replica is left empty. Items' order within a replica is kept.
+// REQUIRES: replicas >= 1, loads >= 0, slope >= 0, at least `replicas` items.
+std::vector<int> balance_pipeline_replicas(std::span<const double> loads, int replicas, double slope);
+
 }  // namespace dynapipe
