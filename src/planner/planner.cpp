@@ -10,8 +10,8 @@
 #include <type_traits>
 
 #include "dynapipe/batching/batching.h"
-#include "dynapipe/batching/replica_balancer.h"
 #include "dynapipe/batching/head_tail.h"
+#include "dynapipe/batching/replica_balancer.h"
 #include "dynapipe/batching/varlen_regroup.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
@@ -944,8 +944,8 @@ void Planner::Impl::walk_token_budget(const GlobalBatch& batch, Choice* choice,
 // With dp > 1 the DP strategies deal their micro-batches to the replicas by Karmarkar–Karp
 // on t(M), which balances Σ t but not the pipeline's (p − 1)·max t per replica. The chosen
 // plan's micro-batches dealt again so that the largest Σ t + β(p − 1)·max t falls
-// (balance_pipeline_replicas()), searched in full in the plan's recompute mode, replace
-// the plan where faster: GPT-6.7B pp 4 dp 4 on the H100 preset, 80 GiB, 8192, 32,768 tokens
+// (balance_pipeline_replicas()), searched in the plan's recompute mode with permuted
+// orders, replace the plan where faster: GPT-6.7B pp 4 dp 4 on the H100 preset, 80 GiB, 8192, 32,768 tokens
 // (bench/random_points.py strategies seed 11), where 11 micro-batches over 4 replicas had
 // left dynapipe 1% behind dynapipe-padded. As the batching's own deal, that balance alone
 // was slower in simulation at GPT-6.7B pp 4 dp 2 2048 (+0.2%), so it only adds a candidate.
