@@ -433,6 +433,25 @@ struct Planner::Impl {
                   double from_ms, Score&& score) const;
 };
 
+// `ours` as `baseline` plans itself: its 1F1B memory rule, bubble weight 1 (docs/batching.md,
+// "Baseline cuts").
+BatchingOptions as_baseline(BatchingOptions ours, Strategy baseline) {
+  ours.strategy = baseline;
+  ours.in_flight.clear();
+  ours.bubble_weight = 1.0;
+  return ours;
+}
+
+// A baseline's cut with each micro-batch as one varlen row (as_varlen_microbatches()).
+std::vector<std::vector<MicroBatch>> varlen_replicas(const GlobalBatch& batch, const BatchingResult& cut,
+                                                     const BatchingOptions& options) {
+  std::vector<std::vector<MicroBatch>> replicas;
+  for (const std::vector<MicroBatch>& replica : cut.replicas) {
+    replicas.push_back(as_varlen_microbatches(batch, replica, options));
+  }
+  return replicas;
+}
+
 // The size next to `size` of a baseline's micro-batches, up (direction 1) or down (−1):
 // rows one at a time (padding, the packings), token budgets doubled or halved
 // (token-based); nullopt past the range.
@@ -780,11 +799,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // Ranks `cut` (the baseline's micro-batches) in its forms; the best quick estimate,
     // or nullopt if no form fits a schedule.
     auto rank_cut = [&](Strategy baseline, const BatchingResult& cut) -> std::optional<double> {
-      std::vector<std::vector<MicroBatch>> replicas;
-      for (const std::vector<MicroBatch>& replica : cut.replicas) {
-        replicas.push_back(as_varlen_microbatches(batch, replica, m.batching));
-      }
-      std::vector<std::vector<std::vector<MicroBatch>>> forms{std::move(replicas)};
+      std::vector<std::vector<std::vector<MicroBatch>>> forms{varlen_replicas(batch, cut, m.batching)};
       if (baseline == Strategy::PackingVarlen && cut.replicas != forms.front()) forms.push_back(cut.replicas);
       std::optional<double> best_ms;
       auto keep = [&](std::optional<double> ms) {
@@ -814,10 +829,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     for (const auto& [baseline, by_objective] :
          {std::pair{Strategy::PackingVarlen, true}, std::pair{Strategy::PackingVarlen, false},
           std::pair{Strategy::TokenBased, true}}) {
-      BatchingOptions theirs = m.batching;
-      theirs.strategy = baseline;
-      theirs.in_flight.clear();
-      theirs.bubble_weight = 1.0;
+      BatchingOptions theirs = as_baseline(m.batching, baseline);
       theirs.size_by_objective = by_objective;
       const std::optional<BatchingResult> cut =
           unless_ruled_out([&] { return make_microbatches(batch, *m.cost, theirs); });
@@ -906,20 +918,14 @@ constexpr double kTokenWalkIdleShare = 0.5;
 // its sizes do. Those cuts join `searched` for their random orders.
 void Planner::Impl::walk_token_budget(const GlobalBatch& batch, Choice* choice,
                                       std::vector<Choice>* searched) const {
-  BatchingOptions theirs = batching;
-  theirs.strategy = Strategy::TokenBased;
-  theirs.in_flight.clear();
-  theirs.bubble_weight = 1.0;
+  const BatchingOptions theirs = as_baseline(batching, Strategy::TokenBased);
   const std::optional<BatchingResult> cut =
       unless_ruled_out([&] { return make_microbatches(batch, *cost, theirs); });
   if (!cut) return;
   // The cut's simulated time where it beats the plan so far, else to_beat_ms (the walk
   // stops there).
   auto beats = [&](const BatchingResult& sized, double to_beat_ms) -> std::optional<double> {
-    std::vector<std::vector<MicroBatch>> replicas;
-    for (const std::vector<MicroBatch>& replica : sized.replicas) {
-      replicas.push_back(as_varlen_microbatches(batch, replica, batching));
-    }
+    const std::vector<std::vector<MicroBatch>> replicas = varlen_replicas(batch, sized, batching);
     return unless_ruled_out([&]() -> double {
       Choice c = search_replicas(batch, replicas, schedule, {.beat_ms = std::min(to_beat_ms, choice->est_ms)});
       if (c.replicas.empty()) return to_beat_ms;
@@ -950,22 +956,21 @@ void Planner::Impl::walk_token_budget(const GlobalBatch& batch, Choice* choice,
 // left dynapipe 1% behind dynapipe-padded. As the batching's own deal, that balance alone
 // was slower in simulation at GPT-6.7B pp 4 dp 2 2048 (+0.2%), so it only adds a candidate.
 void Planner::Impl::rebalance_replicas(const GlobalBatch& batch, Choice* choice) const {
-  const Choice& from = *choice;
   // dynapipe-padded is the paper's formulation, Karmarkar–Karp included (as the reference
   // deals with prtpy's kk).
   if (batching.strategy != Strategy::DynaPipe) return;
   std::vector<MicroBatch> all;
   std::vector<int> before;
-  for (std::size_t r = 0; r < from.replicas.size(); ++r) {
-    for (const MicroBatch& mb : from.replicas[r].microbatches) {
+  for (std::size_t r = 0; r < choice->replicas.size(); ++r) {
+    for (const MicroBatch& mb : choice->replicas[r].microbatches) {
       all.push_back(mb);
       before.push_back(static_cast<int>(r));
     }
   }
-  const Recompute mode = from.replicas.front().best.recompute;
+  const Recompute mode = choice->replicas.front().best.recompute;
   std::vector<double> times;
   for (const MicroBatch& mb : all) times.push_back(microbatch_time_ms(*cost, mb, mode));
-  const double bubble_weight = from.batching.bubble_weight;
+  const double bubble_weight = choice->batching.bubble_weight;
   const std::vector<int> owner =
       balance_pipeline_replicas(times, config.dp, bubble_weight * (config.pp - 1));
   std::vector<std::vector<MicroBatch>> replicas(static_cast<std::size_t>(config.dp));
@@ -983,13 +988,13 @@ void Planner::Impl::rebalance_replicas(const GlobalBatch& batch, Choice* choice)
   };
   if (groups(owner) == groups(before)) return;
   std::optional<Choice> other = unless_ruled_out([&] {
-    return search_replicas(batch, replicas, from.schedule,
+    return search_replicas(batch, replicas, choice->schedule,
                            {.quick = true, .recompute = mode, .permute = true, .beat_ms = choice->est_ms});
   });
   if (!other || other->replicas.empty() || !(other->est_ms < choice->est_ms)) return;
-  other->batching = from.batching;
-  other->dp_recompute = from.dp_recompute;
-  other->baseline_cut = from.baseline_cut;
+  other->batching = choice->batching;
+  other->dp_recompute = choice->dp_recompute;
+  other->baseline_cut = choice->baseline_cut;
   *choice = std::move(*other);
 }
 

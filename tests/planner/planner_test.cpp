@@ -46,6 +46,16 @@ PlanConfig gpt_config(std::string_view strategy, int pp, int dp, std::int64_t ma
   return config;
 }
 
+// gpt_config() on the H100 preset at 80 GiB, `tokens` per global batch.
+PlanConfig gpt_h100_config(std::string_view strategy, int pp, int dp, std::int64_t max_seqlen,
+                           std::int64_t tokens = 65536) {
+  PlanConfig config = gpt_config(strategy, pp, dp, max_seqlen);
+  config.cost_model = "analytic:h100-80g";
+  config.memory_limit_gib = 80;
+  config.global_batch_tokens = tokens;
+  return config;
+}
+
 // T5-11B, dynapipe, 65,536-token batches of the bundled data.
 PlanConfig t5_config(const std::string& cost_model, int pp, std::int64_t max_seqlen,
                      std::int64_t max_target_len, double memory_limit_gib) {
@@ -274,10 +284,7 @@ TEST(PlannerTest, AutoBreaksTiesOfTheSlowestReplicaByTheOthers) {
 // ms for iteration 0, while --schedule critical-path line-searched the 1F1B rule's best and
 // planned its padded cut at 3051.6.
 TEST(PlannerTest, AutoStartsFromEveryRulesBestAsItsFixedScheduleDoes) {
-  PlanConfig config = gpt_config("dynapipe", 8, 1, 1024);
-  config.cost_model = "analytic:h100-80g";
-  config.memory_limit_gib = 80;
-  config.global_batch_tokens = 262144;
+  const PlanConfig config = gpt_h100_config("dynapipe", 8, 1, 1024, 262144);
   expect_auto_no_slower_than(config, ScheduleKind::CriticalPath, 1);
 }
 
@@ -286,10 +293,7 @@ TEST(PlannerTest, AutoStartsFromEveryRulesBestAsItsFixedScheduleDoes) {
 // with the steps gated at 0.15 auto planned iteration 0 in 1530.5 ms against
 // critical-path's 1511.3.
 TEST(PlannerTest, AutoStartsFromEveryRulesBestAtAModestIdleShare) {
-  PlanConfig config = gpt_config("dynapipe", 4, 4, 2048);
-  config.cost_model = "analytic:h100-80g";
-  config.memory_limit_gib = 80;
-  config.global_batch_tokens = 262144;
+  const PlanConfig config = gpt_h100_config("dynapipe", 4, 4, 2048, 262144);
   expect_auto_no_slower_than(config, ScheduleKind::CriticalPath, 2);
 }
 
@@ -309,9 +313,7 @@ TEST(PlannerTest, AutoSearchesARowsNextCutsWhereItsBestCameClose) {
 // micro-batches than zb1p and critical-path need); gpt-tiny pp 2 on the CPU model, where
 // every row fits one micro-batch, takes one row each.
 TEST(PlannerTest, RowSizedBaselinesSimulateTheObjectivesSizeAndTheMostThatFit) {
-  PlanConfig h100 = gpt_config("packing-varlen", 4, 1, 512);
-  h100.cost_model = "analytic:h100-80g";
-  h100.memory_limit_gib = 80;
+  const PlanConfig h100 = gpt_h100_config("packing-varlen", 4, 1, 512);
   PlanConfig cpu = h100;
   cpu.model = load_model_spec("gpt-tiny");
   cpu.cost_model = "analytic:cpu";
@@ -443,10 +445,7 @@ TEST(PlannerTest, DynapipeWalksTokenBasedsBudgetWhereFillAndDrainRule) {
 // strategies seed 11). In the second batch Karmarkar–Karp had left replicas of 271 to 397
 // ms, and dynapipe-padded's own deal planned 400.7 ms against dynapipe's 412.5.
 TEST(PlannerTest, DynapipeDealsItsMicroBatchesForThePipelineWithDataParallelism) {
-  PlanConfig config = gpt_config("dynapipe", 4, 4, 8192);
-  config.cost_model = "analytic:h100-80g";
-  config.memory_limit_gib = 80;
-  config.global_batch_tokens = 32768;
+  const PlanConfig config = gpt_h100_config("dynapipe", 4, 4, 8192, 32768);
   PlanConfig padded = config;
   padded.strategy = Strategy::DynaPipePadded;
   const GlobalBatch batch = batches_of(config, 2).back();
