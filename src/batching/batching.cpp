@@ -18,9 +18,6 @@
 namespace dynapipe {
 namespace {
 
-constexpr std::array<Recompute, 3> kRecomputeModes{Recompute::None, Recompute::Selective,
-                                                   Recompute::Full};
-
 void check_samples(const GlobalBatch& batch, const BatchingOptions& options) {
   const bool t5 = options.kind == ModelKind::T5;
   std::vector<SampleId> ids;

@@ -23,7 +23,7 @@ std::string_view recompute_name(Recompute mode) {
 }
 
 std::optional<Recompute> parse_recompute(std::string_view name) {
-  for (Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+  for (Recompute mode : kRecomputeModes) {
     if (recompute_name(mode) == name) return mode;
   }
   return std::nullopt;

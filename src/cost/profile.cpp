@@ -17,7 +17,6 @@ namespace {
 
 constexpr const char* kFormat = "dynapipe-profile";
 constexpr std::int64_t kVersion = 1;
-constexpr Recompute kModes[] = {Recompute::None, Recompute::Selective, Recompute::Full};
 
 bool is_layer_stack(ProfileLayerKind kind) {
   return kind == ProfileLayerKind::Layer || kind == ProfileLayerKind::Encoder ||
@@ -109,7 +108,7 @@ ProfileLayer parse_layer(const JsonValue& r, ModelKind model_kind) {
   const JsonValue points = r["points"];
   points.only_fields({"none", "selective", "full"});
   const bool is_decoder = layer.kind == ProfileLayerKind::Decoder;
-  for (Recompute mode : kModes) {
+  for (Recompute mode : kRecomputeModes) {
     const std::string name(recompute_name(mode));
     if (!points.has(name)) {
       if (mode == Recompute::None || is_layer_stack(layer.kind)) {
@@ -205,7 +204,7 @@ std::string profile_to_json(const Profile& profile) {
     l["kind"] = std::string(profile_layer_kind_name(layer.kind));
     l["parameter_bytes"] = layer.parameter_bytes;
     nlohmann::ordered_json points = nlohmann::ordered_json::object();
-    for (Recompute mode : kModes) {
+    for (Recompute mode : kRecomputeModes) {
       const auto& list = layer.points[static_cast<int>(mode)];
       if (list.empty()) continue;
       nlohmann::ordered_json items = nlohmann::ordered_json::array();
@@ -409,7 +408,7 @@ Profile build_profile(const CostModel& per_layer, const ProfileGrid& unsorted_gr
   ProfileLayer decoder{.kind = ProfileLayerKind::Decoder,
                        .parameter_bytes = decoder_layer_parameter_count(spec) * e, .points = {}};
   ProfileLayer head{.kind = ProfileLayerKind::Head, .parameter_bytes = head_parameter_count(spec) * e, .points = {}};
-  for (Recompute mode : kModes) {
+  for (Recompute mode : kRecomputeModes) {
     const int m = static_cast<int>(mode);
     for (std::int64_t b : grid.batches) {
       for (std::int64_t s : grid.seqlens) {

@@ -88,7 +88,7 @@ std::vector<std::vector<int>> memory_ruled_splits(const PlanConfig& config, cons
   const std::vector<double> units = layer_unit_ms(config.cost_model, config.model, options, work.shapes,
                                                   std::vector<double>(work.shapes.size(), 1.0), work.densities);
   std::vector<UnitMemory> unit_memory;
-  for (Recompute recompute : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+  for (Recompute recompute : kRecomputeModes) {
     unit_memory.push_back(layer_unit_memory(config.cost_model, config.model, options, longest_row(config), recompute));
   }
   StageMemoryRule rule;

@@ -18,7 +18,6 @@
 namespace dynapipe {
 namespace {
 
-constexpr Recompute kRecomputeModes[] = {Recompute::None, Recompute::Selective, Recompute::Full};
 
 struct Candidate {
   std::string strategy;

@@ -1,6 +1,7 @@
 // The two model families the planner knows, and the enums every stage speaks.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -18,6 +19,10 @@ enum class Recompute : std::uint8_t {
   Selective = 1,  // recompute attention scores/softmax only (Korthikanti et al.)
   Full = 2,       // store only each layer's input, recompute the layer in backward
 };
+
+// Every mode, lightest first.
+inline constexpr std::array<Recompute, 3> kRecomputeModes{Recompute::None, Recompute::Selective,
+                                                          Recompute::Full};
 
 std::string_view model_kind_name(ModelKind kind);  // "gpt", "t5"
 std::optional<ModelKind> parse_model_kind(std::string_view name);
