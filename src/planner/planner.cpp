@@ -427,7 +427,8 @@ struct Planner::Impl {
                                                    Recompute recompute) const;
   std::vector<Choice> rank_dp_plans(const GlobalBatch& batch) const;
   void walk_token_budget(const GlobalBatch& batch, Choice* choice, std::vector<Choice>* searched) const;
-  void rebalance_replicas(const GlobalBatch& batch, Choice* choice) const;
+  std::optional<Choice> redeal(const GlobalBatch& batch, const Choice& from, ScheduleKind schedule,
+                               double beat_ms) const;
   template <typename Score>
   void walk_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,
                   double from_ms, Score&& score) const;
@@ -948,54 +949,91 @@ void Planner::Impl::walk_token_budget(const GlobalBatch& batch, Choice* choice,
 }
 
 // With dp > 1 the DP strategies deal their micro-batches to the replicas by Karmarkar–Karp
-// on t(M), which balances Σ t but not the pipeline's (p − 1)·max t per replica. The chosen
-// plan's micro-batches dealt again so that the largest Σ t + β(p − 1)·max t falls
-// (balance_pipeline_replicas()), searched in the plan's recompute mode with permuted
-// orders, replace the plan where faster: GPT-6.7B pp 4 dp 4 on the H100 preset, 80 GiB, 8192, 32,768 tokens
-// (bench/random_points.py strategies seed 11), where 11 micro-batches over 4 replicas had
-// left dynapipe 1% behind dynapipe-padded. As the batching's own deal, that balance alone
-// was slower in simulation at GPT-6.7B pp 4 dp 2 2048 (+0.2%), so it only adds a candidate.
-void Planner::Impl::rebalance_replicas(const GlobalBatch& batch, Choice* choice) const {
-  // dynapipe-padded is the paper's formulation, Karmarkar–Karp included (as the reference
-  // deals with prtpy's kk).
-  if (batching.strategy != Strategy::DynaPipe) return;
+// on t(M), which balances Σ t but not the pipeline's (p − 1)·max t per replica. A cut's
+// micro-batches dealt again so that the largest Σ t + β(p − 1)·max t falls
+// (balance_pipeline_replicas()), each replica searched quickly with permuted orders in
+// every recompute mode, replace the cut's own deal where faster: GPT-6.7B pp 4 dp 4 on the
+// H100 preset, 80 GiB, 8192, 32,768 tokens (bench/random_points.py strategies seed 11),
+// where 11 micro-batches over 4 replicas had left dynapipe 1% behind dynapipe-padded. As
+// the batching's own deal, that balance alone was slower in simulation at GPT-6.7B pp 4
+// dp 2 2048 (+0.2%), so it only adds a candidate. nullopt: the same deal, or none faster
+// than beat_ms.
+std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choice& from,
+                                            ScheduleKind schedule, double beat_ms) const {
   std::vector<MicroBatch> all;
   std::vector<int> before;
-  for (std::size_t r = 0; r < choice->replicas.size(); ++r) {
-    for (const MicroBatch& mb : choice->replicas[r].microbatches) {
+  for (std::size_t r = 0; r < from.replicas.size(); ++r) {
+    for (const MicroBatch& mb : from.replicas[r].microbatches) {
       all.push_back(mb);
       before.push_back(static_cast<int>(r));
     }
   }
-  const Recompute mode = choice->replicas.front().best.recompute;
+  const Recompute mode = from.replicas.front().best.recompute;
   std::vector<double> times;
   for (const MicroBatch& mb : all) times.push_back(microbatch_time_ms(*cost, mb, mode));
-  const double bubble_weight = choice->batching.bubble_weight;
   const std::vector<int> owner =
-      balance_pipeline_replicas(times, config.dp, bubble_weight * (config.pp - 1));
+      balance_pipeline_replicas(times, config.dp, from.batching.bubble_weight * (config.pp - 1));
   std::vector<std::vector<MicroBatch>> replicas(static_cast<std::size_t>(config.dp));
   for (std::size_t k = 0; k < all.size(); ++k) replicas[static_cast<std::size_t>(owner[k])].push_back(all[k]);
   for (std::vector<MicroBatch>& replica : replicas) {
     for (std::size_t k = 0; k < replica.size(); ++k) replica[k].id = static_cast<int>(k);
   }
-  if (std::ranges::any_of(replicas, [](const auto& r) { return r.empty(); })) return;
-  // The same deal up to the replicas' numbering: nothing new to search.
+  if (std::ranges::any_of(replicas, [](const auto& r) { return r.empty(); })) return std::nullopt;
+  // Each replica's micro-batches (indices into `all`, in order) under a deal.
   auto groups = [&](const std::vector<int>& of) {
     std::vector<std::vector<int>> g(static_cast<std::size_t>(config.dp));
     for (std::size_t k = 0; k < of.size(); ++k) g[static_cast<std::size_t>(of[k])].push_back(static_cast<int>(k));
-    std::ranges::sort(g);
     return g;
   };
-  if (groups(owner) == groups(before)) return;
-  std::optional<Choice> other = unless_ruled_out([&] {
-    return search_replicas(batch, replicas, choice->schedule,
-                           {.quick = true, .recompute = mode, .permute = true, .beat_ms = choice->est_ms});
-  });
-  if (!other || other->replicas.empty() || !(other->est_ms < choice->est_ms)) return;
-  other->batching = choice->batching;
-  other->dp_recompute = choice->dp_recompute;
-  other->baseline_cut = choice->baseline_cut;
-  *choice = std::move(*other);
+  const std::vector<std::vector<int>> dealt = groups(owner), had = groups(before);
+  // The same deal up to the replicas' numbering: nothing new to search.
+  if (std::ranges::is_permutation(dealt, had)) return std::nullopt;
+  // Each replica in every mode up to the heaviest the cut ran (unless --recompute fixed
+  // one), its fastest kept: a replica dealt fewer or smaller micro-batches may store every
+  // activation (T5-11B pp 8 dp 2, A100 80 GiB, 4096, 32,768 tokens: a lone 4096-token
+  // micro-batch 2248.2 ms under the plan's selective mode, 1784.7 without recomputation),
+  // and one dealt more may need the heavier mode for the schedule that suits it. A replica
+  // dealt what it had keeps its search.
+  Recompute heaviest = from.dp_recompute;
+  for (const ReplicaChoice& r : from.replicas) heaviest = std::max(heaviest, r.best.recompute);
+  std::vector<Recompute> modes;
+  for (Recompute k : kRecomputeModes) {
+    if (batching.recompute ? k == *batching.recompute : k <= heaviest) modes.push_back(k);
+  }
+  Choice other;
+  other.schedule = schedule;
+  for (std::size_t r = 0; r < replicas.size(); ++r) {
+    const auto kept = std::ranges::find(had, dealt[r]);
+    const ReplicaChoice* same =
+        kept != had.end() ? &from.replicas[static_cast<std::size_t>(kept - had.begin())] : nullptr;
+    // (Where its timeline was recorded: a ranking's quick search records none.)
+    if (same != nullptr && schedule == from.schedule && !same->best.sim.timeline.empty()) {
+      if (!(same->best.sim.makespan_ms < beat_ms)) return std::nullopt;
+      other.est_ms = std::max(other.est_ms, same->best.sim.makespan_ms);
+      other.replicas.push_back(*same);
+      continue;
+    }
+    std::optional<ReplicaChoice> fastest;
+    for (const Recompute k : modes) {
+      // Each mode after the first only has to beat the fastest so far.
+      const double bar = fastest ? std::min(beat_ms, fastest->best.sim.makespan_ms) : beat_ms;
+      const std::optional<Choice> one = unless_ruled_out([&] {
+        return search_replicas(batch, {replicas[r]}, schedule,
+                               {.quick = true, .recompute = k, .other_modes = false,
+                                .permute = true, .beat_ms = bar});
+      });
+      if (!one || one->replicas.empty()) continue;
+      if (!fastest || one->est_ms < fastest->best.sim.makespan_ms) fastest = one->replicas.front();
+    }
+    if (!fastest) return std::nullopt;  // this replica cannot beat beat_ms
+    other.est_ms = std::max(other.est_ms, fastest->best.sim.makespan_ms);
+    other.replicas.push_back(std::move(*fastest));
+  }
+  if (!(other.est_ms < beat_ms)) return std::nullopt;
+  other.batching = from.batching;
+  other.dp_recompute = from.dp_recompute;
+  other.baseline_cut = from.baseline_cut;
+  return other;
 }
 
 // The plan of one iteration: baselines search their one micro-batching; the DP strategies
@@ -1082,6 +1120,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   // (none given: the choice's).
   // beat_ms (a mode-less search only): a result no faster than this is not needed and
   // returns +inf (search_replicas()).
+  // dynapipe-padded is the paper's formulation, Karmarkar–Karp's deal included (the
+  // reference deals with prtpy's kk); dynapipe deals each cut searched in full again.
+  const bool redeals = m.config.dp > 1 && m.batching.strategy == Strategy::DynaPipe;
   auto search_in_full = [&](const Choice& ranked_choice,
                             std::optional<Recompute> mode = std::nullopt,
                             bool other_modes = true,
@@ -1099,6 +1140,12 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
                                            {.quick = true, .recompute = *mode,
                                             .other_modes = other_modes, .permute = true})
                        : m.search_replicas(batch, replicas, schedule, {.beat_ms = beat_ms});
+    if (redeals) {
+      // Only a deal faster than this cut's own and the plan so far can matter.
+      double bar = full.replicas.empty() ? beat_ms : full.est_ms;
+      if (choice) bar = std::min(bar, choice->est_ms);
+      if (std::optional<Choice> other = m.redeal(batch, ranked_choice, schedule, bar)) full = std::move(*other);
+    }
     if (full.replicas.empty()) {  // it could not beat beat_ms
       searched.push_back({&ranked_choice, schedule, mode, full.est_ms});
       return full.est_ms;
@@ -1249,7 +1296,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
       idle_share(*choice) > kTokenWalkIdleShare) {
     walk_token_budget(batch, &*choice, &baseline_full);
   }
-  if (m.config.dp > 1) rebalance_replicas(batch, &*choice);
+  if (redeals) {
+    if (std::optional<Choice> other = m.redeal(batch, *choice, choice->schedule, choice->est_ms)) choice = std::move(other);
+  }
   // Random orders for the chosen plan and for the baseline cuts searched in full: given
   // the same search, packing-varlen's own plan beat the DP's at T5-11B pp 8 4096
   // (6813.0 vs 6834.8 ms), so dynapipe searches those cuts the same way.
