@@ -71,7 +71,8 @@ const Row& row_of(int mix) {
 
 void attention_step(benchmark::State& state, int method) {
   at::set_num_threads(1);
-  runtime::keep_freed_host_memory(true);  // as a training rank keeps them (runtime/exec/host_allocator.h)
+  // Freed pages kept, as a training rank keeps them (runtime/exec/host_allocator.h).
+  runtime::keep_freed_host_memory(true);
   const Row& row = row_of(static_cast<int>(state.range(0)));
   const double overhead = state.range(1) < 0 ? kDefaultGroupOverhead : static_cast<double>(state.range(1));
   const ModelSpec spec = load_model_spec("gpt-tiny");

@@ -982,7 +982,9 @@ std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choi
   // Each replica's micro-batches (indices into `all`, in order) under a deal.
   auto groups = [&](const std::vector<int>& of) {
     std::vector<std::vector<int>> g(static_cast<std::size_t>(config.dp));
-    for (std::size_t k = 0; k < of.size(); ++k) g[static_cast<std::size_t>(of[k])].push_back(static_cast<int>(k));
+    for (std::size_t k = 0; k < of.size(); ++k) {
+      g[static_cast<std::size_t>(of[k])].push_back(static_cast<int>(k));
+    }
     return g;
   };
   const std::vector<std::vector<int>> dealt = groups(owner), had = groups(before);
@@ -1018,9 +1020,9 @@ std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choi
       // Each mode after the first only has to beat the fastest so far.
       const double bar = fastest ? std::min(beat_ms, fastest->best.sim.makespan_ms) : beat_ms;
       const std::optional<Choice> one = unless_ruled_out([&] {
-        return search_replicas(batch, {replicas[r]}, schedule,
-                               {.quick = true, .recompute = k, .other_modes = false,
-                                .permute = true, .beat_ms = bar});
+        return search_replicas(
+            batch, {replicas[r]}, schedule,
+            {.quick = true, .recompute = k, .other_modes = false, .permute = true, .beat_ms = bar});
       });
       if (!one || one->replicas.empty()) continue;
       if (!fastest || one->est_ms < fastest->best.sim.makespan_ms) fastest = one->replicas.front();
@@ -1144,7 +1146,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
       // Only a deal faster than this cut's own and the plan so far can matter.
       double bar = full.replicas.empty() ? beat_ms : full.est_ms;
       if (choice) bar = std::min(bar, choice->est_ms);
-      if (std::optional<Choice> other = m.redeal(batch, ranked_choice, schedule, bar)) full = std::move(*other);
+      if (std::optional<Choice> other = m.redeal(batch, ranked_choice, schedule, bar)) {
+        full = std::move(*other);
+      }
     }
     if (full.replicas.empty()) {  // it could not beat beat_ms
       searched.push_back({&ranked_choice, schedule, mode, full.est_ms});
@@ -1297,7 +1301,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     walk_token_budget(batch, &*choice, &baseline_full);
   }
   if (redeals) {
-    if (std::optional<Choice> other = m.redeal(batch, *choice, choice->schedule, choice->est_ms)) choice = std::move(other);
+    if (std::optional<Choice> other = m.redeal(batch, *choice, choice->schedule, choice->est_ms)) {
+      choice = std::move(other);
+    }
   }
   // Random orders for the chosen plan and for the baseline cuts searched in full: given
   // the same search, packing-varlen's own plan beat the DP's at T5-11B pp 8 4096
