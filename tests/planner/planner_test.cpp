@@ -471,6 +471,18 @@ TEST(PlannerTest, ReDealtReplicasEachChooseTheirRecomputeMode) {
   EXPECT_TRUE(modes.contains(Recompute::None));
 }
 
+// A cut the DP made for full recomputation can run in selective mode: under auto the
+// interleaved rule's cuts at T5-11B pp 8 dp 4 (A100-80 preset at 40 GiB, 1024, 32k) ranked
+// ~20% behind the best by quick searches in full mode, none was searched in full, and
+// `--schedule interleaved` planned 619.3 ms against auto's 628.3 (iteration 1).
+TEST(PlannerTest, AutoSearchesAFullRecomputeCutThatRunsInSelectiveMode) {
+  PlanConfig config = t5_config("analytic:a100-80g", 8, 1024, 512, 40);
+  config.dp = 4;
+  config.global_batch_tokens = 32768;
+  const GlobalBatch batch = batches_of(config, 2).back();
+  EXPECT_LT(Planner(config, options_with(false, {})).plan_iteration(batch).est_iteration_ms, 625.0);
+}
+
 // packing-varlen's cuts are also tried in its own block-diagonal rows, not only as one
 // varlen row each: on the flash H100 preset one row of the same samples costs T5-11B's
 // decoder stages ~1.7% more, and packing-varlen's plan was 1.1% ahead (pp 8, 80 GiB,
