@@ -1324,7 +1324,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
         lightest_ms = quick->est_ms;
       }
     }
-    if (lightest != nullptr) search_in_full(*lightest, std::nullopt, true, std::nullopt, choice->est_ms);
+    if (lightest != nullptr) {
+      search_in_full(*lightest, std::nullopt, true, std::nullopt, choice->est_ms);
+    }
   }
   if (m.options.baseline_cuts && m.batching.strategy == Strategy::DynaPipe &&
       idle_share(*choice) > kTokenWalkIdleShare) {
