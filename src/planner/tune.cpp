@@ -18,7 +18,6 @@
 namespace dynapipe {
 namespace {
 
-
 struct Candidate {
   std::string strategy;
   TuneLayout layout;

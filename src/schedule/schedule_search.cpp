@@ -18,7 +18,6 @@
 namespace dynapipe {
 namespace {
 
-
 // "40", "41.2": a GiB count for messages, trailing zeros dropped (core's format_gib
 // always prints one decimal).
 std::string gib_text(double gib, int decimals) {

@@ -439,8 +439,8 @@ TEST(PlannerTest, DynapipeWalksTokenBasedsBudgetWhereFillAndDrainRule) {
   EXPECT_GT(plan.replicas.front().microbatches.size(), 7u);
 }
 
-// With dp > 1 the chosen plan's micro-batches are dealt to the replicas again for the
-// pipeline's Σ t + β(p − 1)·max t, not only Σ t (rebalance_replicas()): GPT-6.7B pp 4 dp 4
+// With dp > 1 a cut's micro-batches are dealt to the replicas again for the pipeline's
+// Σ t + β(p − 1)·max t, not only Σ t (Planner::Impl::redeal()): GPT-6.7B pp 4 dp 4
 // on the H100 preset, 80 GiB, max seqlen 8192, 32,768 tokens (bench/random_points.py
 // strategies seed 11). In the second batch Karmarkar–Karp had left replicas of 271 to 397
 // ms, and dynapipe-padded's own deal planned 400.7 ms against dynapipe's 412.5.
