@@ -1,0 +1,390 @@
+// The plan of one iteration from the candidates: which cuts get a full search.
+#include "planner_impl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace dynapipe {
+
+using namespace planner_detail;
+
+namespace {
+
+// walk_token_budget() runs where the plan so far idles more than this share of its device
+// time: fill and drain then rule, and the size of the micro-batches around the longest
+// sample decides. Where any schedule could gain (schedules_can_gain()) the walk gained
+// 0.3–1.9% at 6 of 60 issue-8-family plans, but cost T5-11B pp 8 65k plans (idle 0.33, no
+// gain) +59% instructions with full searches, +25% with two orders each.
+constexpr double kTokenWalkIdleShare = 0.5;
+
+}  // namespace
+
+// token-based's own micro-batches run as varlen rows, its token budget walked as its own
+// plan walks it: by full searches. Where fill and drain rule, quick estimates cannot stand
+// in for them (GPT-6.7B pp 8, A100 40 GiB, 8192, 16,384 tokens, the plan idling 0.81: they
+// walked the budget up, token-based's full searches down to many short micro-batches
+// around a lone 8192-token sample, 3816.3 ms against dynapipe's 3872.4). Each search need
+// only beat the plan so far (`choice`), which a faster cut replaces; the walk goes on while
+// its sizes do. Those cuts join `searched` for their random orders.
+void Planner::Impl::walk_token_budget(const GlobalBatch& batch, Choice* choice,
+                                      std::vector<Choice>* searched) const {
+  const BatchingOptions theirs = as_baseline(batching, Strategy::TokenBased);
+  const std::optional<BatchingResult> cut =
+      unless_ruled_out([&] { return make_microbatches(batch, *cost, theirs); });
+  if (!cut) return;
+  // The cut's simulated time where it beats the plan so far, else to_beat_ms (the walk
+  // stops there).
+  auto beats = [&](const BatchingResult& sized, double to_beat_ms) -> std::optional<double> {
+    const std::vector<std::vector<MicroBatch>> replicas = varlen_replicas(batch, sized, batching);
+    return unless_ruled_out([&]() -> double {
+      Choice c = search_replicas(batch, replicas, schedule, {.beat_ms = std::min(to_beat_ms, choice->est_ms)});
+      if (c.replicas.empty()) return to_beat_ms;
+      c.batching = batching;
+      c.dp_recompute = sized.recompute;
+      c.baseline_cut = true;
+      const double ms = c.est_ms;
+      *choice = c;
+      searched->push_back(std::move(c));
+      return ms;
+    });
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::optional<double> objective_ms = beats(*cut, inf);
+  if (!objective_ms) return;
+  walk_sizes(batch, theirs, cut->size, *objective_ms,
+             [&](const BatchingOptions&, const BatchingResult& sized, double to_beat_ms) {
+               return beats(sized, to_beat_ms);
+             });
+}
+
+// The plan of one iteration: baselines search their one micro-batching; the DP strategies
+// rank theirs quickly and search the three best in full (every recompute mode, permuted
+// orders), keeping the faster.
+Choice Planner::Impl::choose(const GlobalBatch& batch) const {
+  const Impl& m = *this;
+  if (!is_dp_strategy(m.batching.strategy)) {
+    Choice best = m.search(batch, m.batching, m.schedule);
+    const bool rows_chosen = sizes_rows(m.batching.strategy) && m.batching.fixed_batch == 0;
+    const bool budget_chosen = m.batching.strategy == Strategy::TokenBased && m.batching.token_budget == 0;
+    if (rows_chosen || budget_chosen) {
+      // The size the objective chose (rows per micro-batch, or token-based's token budget),
+      // the most rows that fit and the sizes next to the objective's (walk_sizes()), each
+      // searched in full: the objective's 1F1B bubble can favour micro-batches smaller than
+      // a schedule with a shorter fill and drain wants (GPT-6.7B pp 4 on H100 80 GiB at
+      // 512: packing-varlen 1.00x dynapipe with the most that fit, 0.96x by the objective;
+      // pp 8 at 2048: 806.1 ms with 2 rows, 883.6 with the objective's 1, 931.1 with the
+      // most, 4).
+      const double objective_ms = best.est_ms;
+      const std::int64_t objective_size = best.cut_size;
+      // Each cut is searched once: the walk passes the objective's and the most's sizes.
+      // A search only has to beat what its result is compared with (the size before it in
+      // the walk; the best so far is never above that): its builds stop there, and a cut
+      // that cannot beat it is kept as that lower bound (exact: false).
+      struct Searched {
+        std::vector<std::vector<MicroBatch>> replicas;
+        double ms;
+        bool exact;
+      };
+      std::vector<Searched> searched_cuts{{replica_microbatches(best), objective_ms, true}};
+      auto searched = [&](const BatchingOptions& options, const BatchingResult& cut, double to_beat_ms) {
+        auto same = std::find_if(searched_cuts.begin(), searched_cuts.end(),
+                                 [&](const Searched& s) { return s.replicas == cut.replicas; });
+        if (same != searched_cuts.end() && (same->exact || same->ms >= to_beat_ms)) return same->ms;
+        Choice other = m.search_replicas(batch, cut.replicas, m.schedule, {.beat_ms = to_beat_ms});
+        const bool found = !other.replicas.empty();
+        const double ms = found ? other.est_ms : to_beat_ms;
+        if (same != searched_cuts.end()) {
+          *same = {cut.replicas, ms, found};
+        } else {
+          searched_cuts.push_back({cut.replicas, ms, found});
+        }
+        if (found && ms < best.est_ms) {
+          other.dp_recompute = cut.recompute;
+          other.batching = options;
+          best = std::move(other);
+        }
+        return ms;
+      };
+      if (rows_chosen) {
+        BatchingOptions most = m.batching;
+        most.size_by_objective = false;
+        // (Not where the most that fit make fewer micro-batches than replicas.)
+        if (const auto cut = unless_ruled_out([&] { return make_microbatches(batch, *m.cost, most); })) {
+          searched(most, *cut, best.est_ms);
+        }
+      }
+      if (objective_size > 0) {
+        m.walk_sizes(batch, m.batching, objective_size, objective_ms,
+                     [&](const BatchingOptions& options, const BatchingResult& cut, double to_beat_ms) {
+                       return unless_ruled_out([&] { return searched(options, cut, to_beat_ms); });
+                     });
+      }
+    }
+    return with_random_orders(batch, std::move(best));
+  }
+  std::vector<Choice> ranked = rank_dp_plans(batch);
+  std::stable_sort(ranked.begin(), ranked.end(), ranks_before);
+  constexpr std::size_t kFullSearches = 3;
+  std::optional<Choice> choice;
+  // Full searches run so far: a repeat on the same micro-batches, schedule and modes gives
+  // the same estimate and, not strictly faster, leaves the choice as it is.
+  struct Searched {
+    const Choice* ranked_choice;
+    ScheduleKind schedule;
+    std::optional<Recompute> mode;
+    double est_ms;
+  };
+  std::vector<Searched> searched;
+  std::vector<Choice> baseline_full;  // the baseline cuts' full searches, where they ran
+  // mode: only that recompute mode, orders permuted (other_modes: every mode if that one
+  // fits no schedule); none given: every mode. schedule: the --schedule value searched
+  // (none given: the choice's).
+  // beat_ms (a mode-less search only): a result no faster than this is not needed and
+  // returns +inf (search_replicas()).
+  // dynapipe-padded is the paper's formulation, Karmarkar–Karp's deal included (the
+  // reference deals with prtpy's kk); dynapipe deals each cut searched in full again.
+  const bool redeals = m.config.dp > 1 && m.batching.strategy == Strategy::DynaPipe;
+  auto search_in_full = [&](const Choice& ranked_choice,
+                            std::optional<Recompute> mode = std::nullopt,
+                            bool other_modes = true,
+                            std::optional<ScheduleKind> schedule_given = std::nullopt,
+                            double beat_ms = std::numeric_limits<double>::infinity()) -> double {
+    const ScheduleKind schedule = schedule_given.value_or(ranked_choice.schedule);
+    // Under auto the zb1p rule often cuts what the 1F1B rule cut: a cut searched in every
+    // mode with auto (every schedule) gives another schedule's search nothing faster.
+    for (const Searched& s : searched) {
+      const bool covers = s.schedule == schedule || (!mode && s.schedule == ScheduleKind::Auto);
+      if (s.mode == mode && covers && same_cut(*s.ranked_choice, ranked_choice)) return s.est_ms;
+    }
+    const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
+    Choice full = mode ? m.search_replicas(batch, replicas, schedule,
+                                           {.quick = true, .recompute = *mode,
+                                            .other_modes = other_modes, .permute = true})
+                       : m.search_replicas(batch, replicas, schedule, {.beat_ms = beat_ms});
+    if (redeals) {
+      // Only a deal faster than this cut's own and the plan so far can matter.
+      double bar = full.replicas.empty() ? beat_ms : full.est_ms;
+      if (choice) bar = std::min(bar, choice->est_ms);
+      if (std::optional<Choice> other = m.redeal(batch, ranked_choice, schedule, bar)) {
+        full = std::move(*other);
+      }
+    }
+    if (full.replicas.empty()) {  // it could not beat beat_ms
+      searched.push_back({&ranked_choice, schedule, mode, full.est_ms});
+      return full.est_ms;
+    }
+    full.batching = ranked_choice.batching;
+    full.dp_recompute = ranked_choice.dp_recompute;
+    full.baseline_cut = ranked_choice.baseline_cut;
+    const double est_ms = full.est_ms;
+    if (full.baseline_cut) baseline_full.push_back(full);
+    if (!choice || est_ms < choice->est_ms) choice = std::move(full);
+    searched.push_back({&ranked_choice, schedule, mode, est_ms});
+    return est_ms;
+  };
+  // The padded cut is searched on top of the three best others when it ranks among the
+  // three best (the baselines' cuts not counted), so adding it never pushes a plan out of
+  // the full search.
+  std::size_t others_searched = 0, rank = 0;
+  double others_best_ms = std::numeric_limits<double>::infinity();
+  for (const Choice& ranked_choice : ranked) {
+    if (ranked_choice.baseline_cut) continue;
+    // Each full search needs only to beat what its result is compared with: the padded
+    // cut the choice so far, the others the best of the others (it sets the baseline
+    // cuts' window below), so builds stop there.
+    if (ranked_choice.batching.varlen_padded_cut) {
+      if (rank++ < kFullSearches) {
+        search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
+                       choice ? choice->est_ms : std::numeric_limits<double>::infinity());
+      }
+      continue;
+    }
+    if (++rank, others_searched++ == kFullSearches) break;
+    others_best_ms = std::min(others_best_ms, search_in_full(ranked_choice, std::nullopt, true,
+                                                             std::nullopt, others_best_ms));
+  }
+  if (m.schedule == ScheduleKind::Auto && choice && idle_share(*choice) > kRuleStartsIdleShare &&
+      bottleneck_overhead(ranked.front()) > kRuleStartsOverhead) {
+    // And each schedule row's best cut and best padded cut (the 1F1B rule's, searched with
+    // every schedule; the zb1p and interleaved rules'), where the quick estimate is within
+    // kRuleWindow of the best, the plan so far idles more than kRuleStartsIdleShare and the
+    // best ranked cut leaves a schedule more than kRuleStartsOverhead to win: quick
+    // estimates favour zb1p over critical-path, whose gain comes from the injection orders
+    // only the full search permutes, so the three best can all be zb1p cuts while
+    // --schedule critical-path plans faster. (Where the plan idles less these searches
+    // changed no plan of the random points or the issue-8 settings, and cost GPT-6.7B pp 4
+    // 65k plans 3.5% of their instructions.)
+    const double best_quick_ms = ranked.front().est_ms;
+    // A row's next cuts (up to kFullSearches, as its named schedule searches them) only
+    // while its searches come within kCloseRow of the plan so far (GPT-6.7B pp 4 on the
+    // measured H100 profile, 40 GiB, 8192: the zb1p rule's third cut 1839.8 ms against
+    // 1861.4; every row's three regardless cost T5-11B pp 8 65k +16% instructions).
+    constexpr double kCloseRow = 1.01;
+    // Per row (schedule, padded cut): its cuts taken so far; kFullSearches closes it.
+    std::map<std::pair<ScheduleKind, bool>, std::size_t> taken;
+    for (const Choice& ranked_choice : ranked) {
+      if (ranked_choice.baseline_cut) continue;
+      const bool padded = ranked_choice.batching.varlen_padded_cut;
+      std::size_t& row_taken = taken[{ranked_choice.schedule, padded}];
+      if (row_taken >= kFullSearches) continue;
+      ++row_taken;
+      if (!(ranked_choice.est_ms <= best_quick_ms * kRuleWindow)) {
+        row_taken = kFullSearches;
+        continue;
+      }
+      const double ms = search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
+                                       padded ? choice->est_ms : others_best_ms);
+      if (!padded) others_best_ms = std::min(others_best_ms, ms);
+      if (!(ms <= choice->est_ms * kCloseRow)) row_taken = kFullSearches;
+    }
+  }
+  // The baselines' cuts, then, each whose quick estimate is within kBaselineWindow of the
+  // best full result of the three (the padded cut left out, so that option never changes
+  // this choice), searched in its own recompute mode with permuted orders: those orders gain
+  // such a cut 3–4% over its quick estimate (T5-11B pp 8 at 4096, GPT-6.7B pp 8 at 4096),
+  // more than the quick ranking separates it from the DP's cuts; the other recompute modes
+  // changed no plan and cost 3× the search. The window was 2% and only the better-ranked
+  // cut was searched until the critical-path schedule, whose injection order the
+  // permutations choose: packing-varlen's own plan then beat dynapipe's at GPT-6.7B pp 8
+  // 4096 iteration 2 (2870.1 vs 2879.7 ms; its quick estimate 2986.4 was 3.7% above).
+  // 5% still left packing-varlen ahead at GPT-6.7B pp 4 80 GiB 8192 (bench/suite: 5636.5
+  // vs 5707.9 ms in iteration 0): 10%, at +40% planning time for T5-11B pp 8 short256.
+  constexpr double kBaselineWindow = 1.10;
+  // Where the devices idle little the orders matter less: 2% there (it was everywhere;
+  // GPT-6.7B pp 4 plans idle ~9%), which saves ~8% of their planning time and changed no
+  // issue-8 plan.
+  constexpr double kLowIdleBaselineWindow = 1.02, kLowIdleShare = 0.15;
+  const double base_ms = std::isfinite(others_best_ms) ? others_best_ms : choice->est_ms;
+  const bool idles_much = idle_share(*choice) > kLowIdleShare;
+  const double window_ms = base_ms * (idles_much ? kBaselineWindow : kLowIdleBaselineWindow);
+  // A baseline cut's quick estimate runs its micro-batches as the baseline lists them;
+  // outside the window it is judged again in its two first orders, as listed and the
+  // organ pipe (micro_batch_orders()), which alone gains such a cut up to 6% (GPT-6.7B
+  // pp 8 4096): without it packing-varlen's own plan beat dynapipe's at GPT-6.7B pp 4
+  // 4096 iterations 0 and 2 (5870.1 vs 5886.4 ms; quick estimate 2.5% above the window's
+  // base, as listed and organ pipe 0.3% below). Where the devices idle little that look
+  // must beat the three's best, not only come within the window (+5% planning, not +15%).
+  const double two_window_ms = idles_much ? window_ms : base_ms;
+  auto in_window = [&](const Choice& cut) {
+    if (cut.est_ms < window_ms) return true;
+    // Where its ranking ran in its own mode (which then fits in the given order), the given
+    // order is that ranking's, already outside the window: only the organ pipe runs, its
+    // builds stopping at the window. Otherwise that mode fits nothing and the search tries
+    // every mode, which skipped orders and a bar would cut short.
+    const bool own_mode = std::ranges::all_of(
+        cut.replicas, [&](const ReplicaChoice& r) { return r.best.recompute == cut.dp_recompute; });
+    ReplicaSearch how{.quick = true, .recompute = cut.dp_recompute, .permute = true,
+                      .record = false, .max_orders = 2};
+    if (own_mode) {
+      how.searched_orders = 1;
+      how.beat_ms = two_window_ms;
+    }
+    return m.search_replicas(batch, replica_microbatches(cut), cut.schedule, how).est_ms < two_window_ms;
+  };
+  for (const Choice& ranked_choice : ranked) {
+    if (!ranked_choice.baseline_cut) continue;
+    if (in_window(ranked_choice)) search_in_full(ranked_choice, ranked_choice.dp_recompute);
+    // The baseline's own search tries every recompute mode. One lighter than the mode its
+    // cut was sized for (the 1F1B rule) can fit the schedule that admits forwards by memory
+    // alone, critical-path: packing-varlen's own plan ran its cut so at recompute none where
+    // the cut was sized for selective, and beat dynapipe's at GPT-6.7B pp 8 2048 (2431.8 vs
+    // 2437.3 ms). So each lighter mode whose quick estimate there comes within the window is
+    // searched in full too (the heavier ones only add recomputation to a cut that fits).
+    // A --recompute given is the one mode of every plan: no lighter one is tried.
+    const ScheduleKind memory_bound =
+        m.schedule != ScheduleKind::Auto ? m.schedule : ScheduleKind::CriticalPath;
+    if (m.batching.recompute || ranked_choice.dp_recompute == Recompute::None ||
+        (m.schedule == ScheduleKind::Auto &&
+         std::ranges::count(auto_schedule_kinds(*m.cost), memory_bound) == 0)) {
+      continue;  // a fixed mode, no lighter mode, or no critical-path (the cpu device)
+    }
+    const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
+    for (Recompute lighter : {Recompute::None, Recompute::Selective}) {
+      if (!(lighter < ranked_choice.dp_recompute)) break;
+      // Where that mode fits no schedule (or none applies), the heavier ones were searched.
+      // Only an estimate within the window matters: the builds stop there.
+      unless_ruled_out([&] {
+        const Choice quick =
+            m.search_replicas(batch, replicas, memory_bound,
+                              {.quick = true, .recompute = lighter, .other_modes = false,
+                               .record = false, .beat_ms = window_ms});
+        if (quick.est_ms < window_ms) {
+          search_in_full(ranked_choice, lighter, /*other_modes=*/false, memory_bound);
+        }
+        return true;
+      });
+    }
+  }
+  // A cut the DP made for full recomputation is ranked by a quick search in that mode, but
+  // the simulator often runs it in selective mode, which only a full search tries: under
+  // auto the interleaved rule's cuts at T5-11B pp 8 dp 4 (A100-80 preset at 40 GiB, 1024,
+  // 32k) ranked ~20% behind the best while the first of them ran 599.2 ms in full, as
+  // `--schedule interleaved` finds. So the one such cut fastest in selective mode is
+  // searched in full where that quick estimate beats the plan so far. (Re-ranking by it
+  // instead pushed better cuts out of the three full searches.)
+  if (!m.batching.recompute) {
+    const Choice* lightest = nullptr;
+    double lightest_ms = choice->est_ms;
+    for (const Choice& ranked_choice : ranked) {
+      if (ranked_choice.baseline_cut || ranked_choice.dp_recompute != Recompute::Full) continue;
+      // Only a schedule row none of whose cuts was searched in full.
+      if (std::ranges::any_of(searched, [&](const Searched& s) {
+            return s.ranked_choice->schedule == ranked_choice.schedule;
+          })) {
+        continue;
+      }
+      const std::optional<Choice> quick = unless_ruled_out([&] {
+        return m.search_replicas(batch, replica_microbatches(ranked_choice), ranked_choice.schedule,
+                                 {.quick = true, .recompute = Recompute::Selective,
+                                  .other_modes = false, .record = false, .beat_ms = lightest_ms});
+      });
+      if (quick && !quick->replicas.empty() && quick->est_ms < lightest_ms) {
+        lightest = &ranked_choice;
+        lightest_ms = quick->est_ms;
+      }
+    }
+    if (lightest != nullptr) {
+      search_in_full(*lightest, std::nullopt, true, std::nullopt, choice->est_ms);
+    }
+  }
+  if (m.options.baseline_cuts && m.batching.strategy == Strategy::DynaPipe &&
+      idle_share(*choice) > kTokenWalkIdleShare) {
+    walk_token_budget(batch, &*choice, &baseline_full);
+  }
+  if (redeals) {
+    if (std::optional<Choice> other = m.redeal(batch, *choice, choice->schedule, choice->est_ms)) {
+      choice = std::move(other);
+    }
+  }
+  // Random orders for the chosen plan and for the baseline cuts searched in full: given
+  // the same search, packing-varlen's own plan beat the DP's at T5-11B pp 8 4096
+  // (6813.0 vs 6834.8 ms), so dynapipe searches those cuts the same way.
+  const Choice chosen_before = *choice;
+  choice = with_random_orders(batch, std::move(*choice));
+  for (Choice& full : baseline_full) {
+    if (chosen_before.baseline_cut && same_cut(full, chosen_before)) continue;
+    // Only orders that beat the plan so far matter: their builds stop there.
+    Choice other = with_random_orders(batch, std::move(full), choice->est_ms);
+    if (other.est_ms < choice->est_ms) choice = std::move(other);
+  }
+  // The DP sizes micro-batches to the 1F1B memory rule; schedules that keep more in
+  // flight (zb1p, cyclic) may only fit smaller ones. Optionally also the DP under a
+  // tighter activation budget (PlannerOptions::activation_budget_shares).
+  for (double share : m.options.activation_budget_shares) {
+    BatchingOptions tighter = m.batching;
+    tighter.memory_limit_bytes =
+        m.max_static_bytes +
+        static_cast<std::int64_t>(share * static_cast<double>(m.memory_limit_bytes - m.max_static_bytes));
+    try {
+      Choice other = m.search(batch, tighter, m.schedule);
+      if (other.est_ms < choice->est_ms) choice = std::move(other);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Infeasible) throw;  // a sample alone no longer fits: skip
+    }
+  }
+  return std::move(*choice);
+}
+
+}  // namespace dynapipe

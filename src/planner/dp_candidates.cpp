@@ -1,0 +1,239 @@
+// The DP strategies' candidate cuts, each ranked by a quick search.
+#include "planner_impl.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "dynapipe/batching/head_tail.h"
+
+namespace dynapipe {
+
+using namespace planner_detail;
+
+namespace {
+
+// rank_dp_plans(): the interleaved rule is cut in the later varlen orders only where its
+// sorted-order cut's quick estimate came within this factor of that order's best.
+constexpr double kInterleavedWindow = 1.02;
+
+}  // namespace
+
+// The DP strategies' micro-batchings, each ranked by a quick search: one DP per memory
+// rule planned for (and, for dynapipe, per varlen order), the best of each order again
+// with a head and a tail, and a line search on the bubble weight of the best.
+std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const {
+  const Impl& m = *this;
+  std::vector<std::pair<BatchingOptions, ScheduleKind>> plans{{m.batching, m.schedule}};
+  for (const DpTarget& target : m.more_targets) {
+    BatchingOptions planned_for = m.batching;
+    planned_for.in_flight = target.in_flight;
+    planned_for.bubble_weight = target.bubble_weight;
+    plans.emplace_back(planned_for, target.schedule);
+  }
+  const bool varlen = m.batching.strategy == Strategy::DynaPipe;
+  if (varlen) {
+    // Both varlen orders for every rule; the simulation decides (the DP's objective
+    // ranks them poorly, docs/batching.md "Ordering for varlen").
+    const std::size_t rules = plans.size();
+    for (std::size_t k = 0; k < rules; ++k) {
+      plans[k].first.varlen_order = VarlenOrder::Sorted;
+      plans.push_back(plans[k]);
+      plans.back().first.varlen_order = VarlenOrder::PackedRows;
+    }
+    // And packing-varlen's rows merged only within the row capacity: micro-batches of
+    // gradually falling size, which zb1p and 1F1B drain better than equal large ones.
+    for (std::size_t k = 0; k < rules; ++k) {
+      plans.push_back(plans[rules + k]);
+      plans.back().first.varlen_row_capacity = true;
+    }
+  }
+  BatchingCache cache;  // segment costs shared by every DP below
+  // The first plan's errors are the planner's (e.g. a sample that fits nowhere).
+  std::vector<Choice> ranked;
+  ranked.push_back(m.search(batch, plans.front().first, plans.front().second, true, &cache));
+  std::vector<std::size_t> best_of_order{0};  // per order: index into ranked
+  std::vector<std::size_t> rule_of{0};        // per ranked cut: the rule (plans[rule]) it was cut for
+  // Quick estimates of the sorted order's cuts, one per rule (plans[0 .. rules)).
+  const std::size_t rules = 1 + m.more_targets.size();
+  std::vector<double> sorted_ms(rules, std::numeric_limits<double>::infinity());
+  sorted_ms[0] = ranked.front().est_ms;
+  for (std::size_t k = 1; k < plans.size(); ++k) {
+    if (varlen && k >= rules && k % rules != 0 &&
+        plans[k].second == ScheduleKind::Interleaved) {
+      // The interleaved rule's DPs cost the most of the later ones (a memory rule of its
+      // own: T5-11B pp 8 short256, ~15% of a plan). Where interleaving lost clearly on
+      // the sorted order, skipping them left every issue-8 point's plan as it was.
+      const double best_sorted = *std::min_element(sorted_ms.begin(), sorted_ms.end());
+      if (!(sorted_ms[k % rules] <= best_sorted * kInterleavedWindow)) continue;
+    }
+    const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order ||
+                           plans[k].first.varlen_row_capacity != plans[k - 1].first.varlen_row_capacity;
+    std::optional<Choice> c =
+        unless_ruled_out([&] { return m.search(batch, plans[k].first, plans[k].second, true, &cache, &ranked); });
+    if (!c) continue;
+    if (k < rules) sorted_ms[k] = c->est_ms;
+    ranked.push_back(std::move(*c));
+    rule_of.push_back(k % rules);
+    if (new_order) {
+      best_of_order.push_back(ranked.size() - 1);
+    } else if (ranked.back().est_ms < ranked[best_of_order.back()].est_ms) {
+      best_of_order.back() = ranked.size() - 1;
+    }
+  }
+  if (varlen && m.options.head_and_tail) {
+    // Each order's best cuts again with small micro-batches first and last
+    // (batching/head_tail.h).
+    for (std::size_t k : best_of_order) {
+      const Choice& base = ranked[k];
+      std::vector<std::vector<MicroBatch>> replicas;
+      for (const ReplicaChoice& replica : base.replicas) {
+        replicas.push_back(split_head_and_tail(batch, replica.microbatches, *m.cost,
+                                               base.dp_recompute, m.batching));
+      }
+      Choice other = m.quick_search(batch, replicas, base.schedule, base.dp_recompute, &ranked);
+      other.batching = base.batching;
+      other.dp_recompute = base.dp_recompute;
+      rule_of.push_back(rule_of[k]);
+      ranked.push_back(std::move(other));
+    }
+  }
+  auto best = [&] {
+    return std::min_element(ranked.begin(), ranked.end(), [](const Choice& a, const Choice& b) {
+      return a.est_ms < b.est_ms;
+    });
+  };
+  // The cuts the steps below start from: the best plan, and under auto each other rule's
+  // best near it (kRuleWindow). A fixed --schedule starts them from its own rule's best,
+  // and auto must find what that finds (GPT-6.7B pp 8 on the H100 preset, 80 GiB, 1024,
+  // 262,144 tokens: the 1F1B rule's best, 3193.1 ms by quick estimate, line-searched to
+  // 3135.2 and its padded cut planned 3051.6 in full with critical-path, while every step
+  // from the zb1p rule's best stopped at auto's 3077.7).
+  auto rule_starts = [&] {
+    const std::size_t overall = static_cast<std::size_t>(best() - ranked.begin());
+    std::vector<std::size_t> starts{overall};
+    if (!schedules_can_gain(ranked[overall])) return starts;
+    for (std::size_t rule = 0; rule < rules; ++rule) {
+      std::optional<std::size_t> rule_best;
+      for (std::size_t k = 0; k < rule_of.size(); ++k) {
+        if (rule_of[k] == rule && (!rule_best || ranked[k].est_ms < ranked[*rule_best].est_ms)) rule_best = k;
+      }
+      const double window = rule == 0 ? kRuleWindow : kOtherRuleWindow;
+      if (rule != rule_of[overall] && rule_best &&
+          ranked[*rule_best].est_ms <= ranked[overall].est_ms * window) {
+        starts.push_back(*rule_best);
+      }
+    }
+    return starts;
+  };
+  if (m.options.schedule_aware_dp && m.config.pp > 1) {
+    // DP ↔ simulation: a line search on the bubble weight of the best plan's memory rule.
+    // (p − 1)·max t only approximates what a schedule loses to fill, drain and unequal
+    // micro-batches, so the DP runs again with β doubled (smaller micro-batches) and, if
+    // that did not help, halved; each step continues while the simulation improves.
+    for (std::size_t k : rule_starts()) {
+      const Choice start = ranked[k];
+      const std::size_t rule = rule_of[k];
+      for (double factor : {2.0, 0.5}) {
+        bool improved = false;
+        BatchingOptions again = start.batching;
+        double est = start.est_ms;
+        for (int step = 0; step < 2; ++step) {
+          again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
+          std::optional<Choice> c =
+              unless_ruled_out([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
+          if (!c || !(c->est_ms < est)) break;
+          est = c->est_ms;
+          ranked.push_back(std::move(*c));
+          rule_of.push_back(rule);
+          improved = true;
+        }
+        if (improved) break;
+      }
+    }
+  }
+  if (varlen && m.options.padded_cut) {
+    // dynapipe-padded's cut of the best plan's rule, run varlen: more, length-homogeneous
+    // micro-batches than the varlen DP makes, each no slower than dynapipe-padded's own
+    // (docs/batching.md "Padded cuts").
+    for (std::size_t k : rule_starts()) {
+      const Choice start = ranked[k];
+      BatchingOptions padded_cut = start.batching;
+      padded_cut.varlen_order = VarlenOrder::Sorted;
+      padded_cut.varlen_row_capacity = false;
+      padded_cut.varlen_padded_cut = true;
+      // And its recompute mode: the padded DP cannot be pruned by the varlen incumbent, so
+      // each extra mode is a full DP (T5-11B pp 8 short256: ~8% of the plan).
+      if (!padded_cut.recompute) padded_cut.recompute = start.dp_recompute;
+      std::optional<Choice> c =
+          unless_ruled_out([&] { return m.search(batch, padded_cut, start.schedule, true, &cache, &ranked); });
+      if (c) ranked.push_back(std::move(*c));
+    }
+  }
+  if (varlen && m.options.baseline_cuts) {
+    // packing-varlen's and token-based's own micro-batches (their 1F1B rule, as they plan
+    // themselves), each run as one varlen row, so dynapipe's plan can match the baseline
+    // wherever it is the best (docs/batching.md "Baseline cuts"). packing-varlen's plan
+    // simulates two sizes of micro-batch (choose()): both cuts, the second where it
+    // differs. One varlen row drops the rows' end padding, but the cost model need not
+    // find it cheaper (T5-11B pp 8 on the flash H100 preset: 1.7% dearer on the decoder
+    // stages), so packing-varlen's cuts are also run in its own block-diagonal rows.
+    // Each cut is ranked once, as packing-varlen's plan walks its micro-batch size
+    // (walk_sizes(), here on quick estimates) past the objective's and the most's.
+    std::vector<std::pair<std::vector<std::vector<MicroBatch>>, std::optional<double>>> ranked_cuts;
+    // Ranks `cut` (the baseline's micro-batches) in its forms; the best quick estimate,
+    // or nullopt if no form fits a schedule.
+    auto rank_cut = [&](Strategy baseline, const BatchingResult& cut) -> std::optional<double> {
+      std::vector<std::vector<std::vector<MicroBatch>>> forms{varlen_replicas(batch, cut, m.batching)};
+      if (baseline == Strategy::PackingVarlen && cut.replicas != forms.front()) forms.push_back(cut.replicas);
+      std::optional<double> best_ms;
+      auto keep = [&](std::optional<double> ms) {
+        if (ms) best_ms = std::min(best_ms.value_or(*ms), *ms);
+      };
+      for (auto& form : forms) {
+        const auto same = std::find_if(ranked_cuts.begin(), ranked_cuts.end(),
+                                       [&](const auto& ranked_cut) { return ranked_cut.first == form; });
+        if (same != ranked_cuts.end()) {
+          keep(same->second);
+          continue;
+        }
+        std::optional<Choice> c = unless_ruled_out([&]() -> std::optional<Choice> {
+          Choice choice = m.quick_search(batch, form, m.schedule, cut.recompute, &ranked);
+          choice.batching = m.batching;
+          choice.dp_recompute = cut.recompute;
+          return choice;
+        });
+        ranked_cuts.emplace_back(std::move(form), c ? std::optional(c->est_ms) : std::nullopt);
+        if (!c) continue;
+        c->baseline_cut = true;
+        keep(c->est_ms);
+        ranked.push_back(std::move(*c));
+      }
+      return best_ms;
+    };
+    for (const auto& [baseline, by_objective] :
+         {std::pair{Strategy::PackingVarlen, true}, std::pair{Strategy::PackingVarlen, false},
+          std::pair{Strategy::TokenBased, true}}) {
+      BatchingOptions theirs = as_baseline(m.batching, baseline);
+      theirs.size_by_objective = by_objective;
+      const std::optional<BatchingResult> cut =
+          unless_ruled_out([&] { return make_microbatches(batch, *m.cost, theirs); });
+      if (!cut) continue;
+      const std::optional<double> ms = rank_cut(baseline, *cut);
+      // token-based's budget is not walked here: that took T5-11B pp 8 65k plans from 15.6
+      // to 23 ms (more baseline cuts searched in full) for dynapipe plans at most 2% faster.
+      if (!by_objective || !ms || baseline != Strategy::PackingVarlen) continue;
+      // Sizes that fit only in a heavier recompute mode than the objective's too, as
+      // packing-varlen's own walk takes them: at T5-11B pp 4 (A100 80 GiB, 1024, 32,768
+      // tokens) its 2-row micro-batches under selective recompute planned 2678.2 ms against
+      // dynapipe's 2699.1 until dynapipe ranked them (2640.8); +4% instructions for a
+      // GPT-6.7B pp 4 65k plan (it was +10% before the full searches stopped at their bars).
+      m.walk_sizes(batch, theirs, cut->size, *ms,
+                   [&](const BatchingOptions&, const BatchingResult& sized, double) -> std::optional<double> {
+                     return rank_cut(baseline, sized);
+                   });
+    }
+  }
+  return ranked;
+}
+
+}  // namespace dynapipe

@@ -1,0 +1,228 @@
+// Private to planner/: the planner's search state (Planner::Impl) and the plan candidates
+// its steps pass between them. planner.cpp builds an Impl and lowers its choice;
+// replica_search.cpp searches schedules for a cut, dp_candidates.cpp cuts and ranks the
+// DP strategies' candidates, choose.cpp picks the plan of one iteration, choice.cpp holds
+// what the steps ask of a candidate.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "dynapipe/batching/batching.h"
+#include "dynapipe/core/error.h"
+#include "dynapipe/planner/planner.h"
+#include "dynapipe/schedule/schedule_search.h"
+
+namespace dynapipe {
+namespace planner_detail {
+
+// Chunks per device under the interleaved schedule (its virtual stages: pp × chunks).
+constexpr int kInterleavedChunks = 2;
+
+template <typename T>
+struct AsOptional {
+  using type = std::optional<T>;
+};
+template <typename T>
+struct AsOptional<std::optional<T>> {
+  using type = std::optional<T>;
+};
+
+// make()'s result (an optional one as it is), or nullopt where it throws an error that
+// rules_out_option().
+template <typename Make>
+auto unless_ruled_out(Make&& make) -> typename AsOptional<std::decay_t<std::invoke_result_t<Make&>>>::type {
+  using Result = typename AsOptional<std::decay_t<std::invoke_result_t<Make&>>>::type;
+  try {
+    return Result(make());
+  } catch (const Error& e) {
+    if (!rules_out_option(e)) throw;
+    return std::nullopt;
+  }
+}
+
+// How search_replicas() searches; the defaults are the full search (every recompute mode,
+// permuted orders, the winner recorded).
+struct ReplicaSearch {
+  // Only `recompute`'s candidates; if that mode fits no schedule, every mode (other_modes)
+  // or the error (!other_modes).
+  bool quick = false;
+  Recompute recompute = Recompute::None;
+  bool other_modes = true;
+  bool permute = false;  // a quick search also tries the permuted micro-batch orders
+  bool record = true;    // the winner's timeline (SearchOptions::record_winner), which a plan needs
+  int random_orders = 0;    // seeded random orders too (where orders are permuted)
+  int max_orders = 0;       // at most that many orders (0: SearchOptions' default)
+  int searched_orders = 0;  // SearchOptions::searched_orders
+  // Only a plan faster than this counts; where some replica cannot beat it the result has
+  // est_ms +inf and no replicas (SearchOptions::beat_ms).
+  double beat_ms = std::numeric_limits<double>::infinity();
+};
+
+struct ReplicaChoice {
+  std::vector<MicroBatch> microbatches;
+  std::vector<SearchCandidate> candidates;
+  SearchResult best;
+};
+
+struct Choice {
+  std::vector<ReplicaChoice> replicas;
+  double est_ms = 0;  // the slowest replica's simulated makespan
+  ScheduleKind schedule = ScheduleKind::Auto;  // the --schedule value searched
+  Recompute dp_recompute = Recompute::None;  // the batching result's recompute mode
+  std::int64_t cut_size = 0;  // the batching result's size (BatchingResult::size)
+  BatchingOptions batching;        // the options the micro-batches were cut with
+  // packing-varlen's or token-based's cut: searched in full after those when its quick
+  // estimate comes near the best full one (choose()).
+  bool baseline_cut = false;
+};
+
+// A schedule the DP strategies plan their micro-batches for: its memory rule and bubble
+// weight (docs/batching.md, "Schedule-aware DP"), and the schedule name the search then
+// tries on them ("auto": every schedule).
+struct DpTarget {
+  ScheduleKind schedule = ScheduleKind::Auto;
+  std::vector<int> in_flight;  // empty: 1F1B's p − s
+  double bubble_weight = 1.0;
+};
+
+// Under auto, another schedule's rule gets the steps that start from the best plan (the
+// bubble-weight line search, the padded cut) too where its best cut's quick estimate comes
+// within kRuleWindow of the best (the 1F1B rule, whose cuts critical-path runs: its quick
+// estimates fall furthest short of its full ones) or kOtherRuleWindow (the zb1p and
+// interleaved rules), where the best plan idles more than kRuleStartsIdleShare of its
+// device time and its makespan exceeds its busiest device's work by more than
+// kRuleStartsOverhead (what any schedule could still win). T5-11B pp 8 short256 idles 0.23
+// but mostly from its unequal encoder and decoder stages (overhead 0.03–0.04): there these
+// steps cost +68% planning instructions for plans 0.04% faster; the gains on random
+// configurations came at 0.053–0.1 and more. GPT-6.7B pp 4 65k plans idle 0.09. The idle
+// gate was 0.15 until a dp 4 plan idling 0.14 lost 1.3% to critical-path (GPT-6.7B pp 4,
+// H100 preset, 80 GiB, 2048, 262,144 tokens); at 0.12 no benchmark plan costs more. Each
+// schedule row's best cut gets a full search within kRuleWindow under the same thresholds
+// (choose(): the idle share of the plan so far, the overhead of the best ranked cut).
+constexpr double kRuleWindow = 1.05, kOtherRuleWindow = 1.02;
+constexpr double kRuleStartsIdleShare = 0.12, kRuleStartsOverhead = 0.05;
+
+// Each replica's micro-batches of a choice, as search_replicas() takes them.
+std::vector<std::vector<MicroBatch>> replica_microbatches(const Choice& choice);
+// Whether two plans run the same micro-batches, replica by replica.
+bool same_cut(const Choice& a, const Choice& b);
+// The ranked choice whose quick search ran on these micro-batches with this schedule and
+// recompute mode, or nullptr (choice.cpp).
+const Choice* same_quick_search(const std::vector<Choice>& ranked,
+                                const std::vector<std::vector<MicroBatch>>& replicas,
+                                ScheduleKind schedule, Recompute recompute);
+// makespan ÷ the busiest device's busy time − 1, the most over replicas.
+double bottleneck_overhead(const Choice& choice);
+// 1 − Σ busy / (devices · makespan) of the slowest replica.
+double idle_share(const Choice& choice);
+// Whether another schedule of `choice`'s kind of cut could still gain enough to search the
+// other rules' cuts as a named schedule would (kRuleStartsIdleShare, kRuleStartsOverhead).
+bool schedules_can_gain(const Choice& choice);
+// The ranking's order: by the estimate, then the other replicas' makespans, slowest first.
+bool ranks_before(const Choice& a, const Choice& b);
+bool is_dp_strategy(Strategy strategy);
+// The strategies of a fixed rows-per-micro-batch (BatchingOptions::size_by_objective).
+bool sizes_rows(Strategy strategy);
+// `ours` as `baseline` plans itself: its 1F1B memory rule, bubble weight 1.
+BatchingOptions as_baseline(BatchingOptions ours, Strategy baseline);
+// A baseline's cut with each micro-batch as one varlen row (as_varlen_microbatches()).
+std::vector<std::vector<MicroBatch>> varlen_replicas(const GlobalBatch& batch, const BatchingResult& cut,
+                                                     const BatchingOptions& options);
+// The size next to `size` of a baseline's micro-batches, up (direction 1) or down (−1);
+// nullopt past the range.
+std::optional<std::int64_t> next_size(Strategy strategy, std::int64_t size, int direction);
+// `options` at one size (next_size()): rows per micro-batch or token budget.
+BatchingOptions with_size(BatchingOptions options, std::int64_t size);
+
+}  // namespace planner_detail
+
+struct Planner::Impl {
+  using Choice = planner_detail::Choice;
+  using DpTarget = planner_detail::DpTarget;
+  using ReplicaSearch = planner_detail::ReplicaSearch;
+
+  PlanConfig config;
+  PlannerOptions options;
+  std::shared_ptr<const CostModel> base_cost;   // pp stages, as configured
+  std::shared_ptr<const CostModel> cost;        // base_cost, calibrated when asked
+  std::unique_ptr<CostModel> interleaved_cost;  // pp * chunks stages, when interleaving applies
+  std::int64_t memory_limit_bytes = 0;
+  std::int64_t max_static_bytes = 0;  // the largest stage's parameters, grads, optimizer
+  BatchingOptions batching;           // the first DP target's rule (or a baseline's)
+  // The schedule searched on `batching`'s result: config.schedule, except
+  // packing-megatron's "auto", which is 1F1B (the baseline's own schedule).
+  ScheduleKind schedule = ScheduleKind::Auto;
+  std::vector<DpTarget> more_targets; // DP strategies: further schedules planned for
+
+  // quick: only the batching's recompute mode and no micro-batch permutations, to rank
+  // many micro-batchings before the full search of the best (choose()). ranked: quick
+  // searches already run, whose result a repeat takes (same_quick_search()).
+  Choice search(const GlobalBatch& batch, const BatchingOptions& options,
+                ScheduleKind schedule, bool quick = false,
+                BatchingCache* cache = nullptr,
+                const std::vector<Choice>* ranked = nullptr) const;
+  // The ranking's quick search: search_replicas(quick, recompute) without recording the
+  // winner's timeline (only its makespan ranks), or the result of the same search in
+  // `ranked`.
+  Choice quick_search(const GlobalBatch& batch,
+                      const std::vector<std::vector<MicroBatch>>& replicas,
+                      ScheduleKind schedule, Recompute recompute,
+                      const std::vector<Choice>* ranked) const;
+  Choice search_replicas(const GlobalBatch& batch,
+                         const std::vector<std::vector<MicroBatch>>& replicas,
+                         ScheduleKind schedule, const ReplicaSearch& how = {}) const;
+  Choice choose(const GlobalBatch& batch) const;
+  // bar_ms: the random orders need only beat this too (a plan the result is compared with).
+  Choice with_random_orders(const GlobalBatch& batch, Choice choice,
+                            double bar_ms = std::numeric_limits<double>::infinity()) const;
+  // make_search_candidates() for one recompute mode: only that mode's problems are costed.
+  std::vector<SearchCandidate> own_mode_candidates(ScheduleKind schedule,
+                                                   std::span<const MicroBatch> microbatches,
+                                                   Recompute recompute) const;
+  std::vector<Choice> rank_dp_plans(const GlobalBatch& batch) const;
+  void walk_token_budget(const GlobalBatch& batch, Choice* choice, std::vector<Choice>* searched) const;
+  std::optional<Choice> redeal(const GlobalBatch& batch, const Choice& from, ScheduleKind schedule,
+                               double beat_ms) const;
+  template <typename Score>
+  void walk_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,
+                  double from_ms, Score&& score) const;
+};
+
+// A baseline's micro-batch sizes next to the objective's `from` (rows, or token-based's
+// token budget: next_size()), as a practitioner sweeps the size: upward while
+// score(options, cut) improves on the size before it, and downward only if the first size
+// up did not improve on `from_ms`. score(options, cut, to_beat_ms) returns the cut's
+// simulated time, a value not below to_beat_ms where it cannot beat that (the size before
+// it: only then does the walk go on), or nullopt where no schedule fits it; a size that
+// fits no recompute mode under the pipelined memory rule ends that direction (the most
+// that fit in the objective's mode can be fewer: heavier recompute fits more). The
+// simulated time has one minimum over the size at every point measured (docs/batching.md,
+// "The baselines' micro-batch size").
+template <typename Score>
+void Planner::Impl::walk_sizes(const GlobalBatch& batch, const BatchingOptions& options,
+                               std::int64_t from, double from_ms, Score&& score) const {
+  for (const int direction : {1, -1}) {
+    double previous_ms = from_ms;
+    bool improved = false;
+    for (std::optional<std::int64_t> size = planner_detail::next_size(options.strategy, from, direction); size;
+         size = planner_detail::next_size(options.strategy, *size, direction)) {
+      const BatchingOptions sized = planner_detail::with_size(options, *size);
+      const std::optional<BatchingResult> cut =
+          planner_detail::unless_ruled_out([&] { return make_microbatches(batch, *cost, sized); });
+      if (!cut || cut->one_in_flight) break;  // past the sizes the pipelined rule fits
+      const std::optional<double> ms = score(sized, *cut, previous_ms);
+      if (!ms || !(*ms < previous_ms)) break;
+      previous_ms = *ms;
+      improved = true;
+    }
+    if (improved) break;
+  }
+}
+
+}  // namespace dynapipe
