@@ -33,9 +33,9 @@ ShapeCost ShapeCosts::evaluate(const MicroBatchShape& shape,
   for (int s = 0; s < num_stages_; ++s) {
     const StageCost& c = stage_scratch_[static_cast<std::size_t>(s)];
     out.time_ms = std::max(out.time_ms, c.fwd_ms + c.bwd_ms);
-    const std::int64_t one = static_bytes_[s] + c.stored_bytes + c.peak_bytes;
+    const std::int64_t one = static_bytes_[s] + c.held_bytes() + c.peak_bytes;
     const std::int64_t pipelined =
-        static_bytes_[s] + in_flight_[s] * c.stored_bytes + c.peak_bytes;
+        static_bytes_[s] + in_flight_[s] * c.held_bytes() + c.peak_bytes;
     if (one > out.one_bytes || s == 0) {
       out.one_bytes = one;
       out.one_stage = s;

@@ -407,7 +407,7 @@ class AnalyticCostModel final : public CostModel {
       }
       const LayerCost total = stage_total(stages_[s], layers);
       time_ms = std::max(time_ms, total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms));
-      bytes[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes));
+      bytes[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes)) + output_bytes(stages_[s], layers);
       bytes[p + s] = static_cast<std::int64_t>(std::ceil(total.peak_bytes));
     }
     return time_ms;
@@ -446,12 +446,16 @@ class AnalyticCostModel final : public CostModel {
     cost.bwd_ms = total.bwd_input_ms + total.bwd_weight_ms;
     cost.stored_bytes = static_cast<std::int64_t>(std::ceil(total.stored_bytes));
     cost.peak_bytes = static_cast<std::int64_t>(std::ceil(total.peak_bytes));
-    if (!s.has_head) {
-      // T5: the encoder output travels with the decoder hidden state once the decoder began.
-      const double rows = s.has_decoder() || s.has_dec_embedding ? se + sd : se;
-      cost.output_bytes = static_cast<std::int64_t>(c_.e * b * rows * c_.h);
-    }
+    cost.output_bytes = output_bytes(s, layers);
     return cost;
+  }
+
+  // The activation stage `s` sends on (0 on the last stage). T5: the encoder output
+  // travels with the decoder hidden state once the decoder began.
+  std::int64_t output_bytes(const StageLayers& s, const LayerCosts& layers) const {
+    if (s.has_head) return 0;
+    const double rows = s.has_decoder() || s.has_dec_embedding ? layers.se + layers.sd : layers.se;
+    return static_cast<std::int64_t>(c_.e * layers.b * rows * c_.h);
   }
 
   // The per-device shape of one tensor-parallel shard: heads, ffn and vocab split tp ways.

@@ -58,7 +58,7 @@ double CostModel::bottleneck_ms_and_bytes(const MicroBatchShape& shape,
   for (std::size_t s = 0; s < p; ++s) {
     const StageCost& c = scratch[s];
     time_ms = std::max(time_ms, c.fwd_ms + c.bwd_ms);
-    bytes[s] = c.stored_bytes;
+    bytes[s] = c.held_bytes();
     bytes[p + s] = c.peak_bytes;
   }
   return time_ms;

@@ -50,10 +50,6 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// What a held micro-batch keeps on its stage: stored activations and the sent output
-// (0 on the last stage), see the admission rule above.
-std::int64_t held_bytes(const StageCost& cost) { return cost.stored_bytes + cost.output_bytes; }
-
 // An input that has been sent to a device: the micro-batch and when it is there.
 struct Arrival {
   int mb = 0;
@@ -168,7 +164,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
       auto fits = [&](int mb) {
         const StageCost& c = problem.costs[mb][s];
         return limit <= 0 || dev.held.empty() ||
-               dev.memory + held_bytes(c) + std::max(held_peak, c.peak_bytes) <= limit;
+               dev.memory + c.held_bytes() + std::max(held_peak, c.peak_bytes) <= limit;
       };
       int mb = -1;
       if (s == 0) {
@@ -204,7 +200,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
     const StageCost& cost = problem.costs[op.mb][s];
     if (op.kind == OpKind::F) {
       dev.held.push_back(op.mb);
-      dev.memory += held_bytes(cost);
+      dev.memory += cost.held_bytes();
       if (s + 1 < p) {
         devices[s + 1].forwards.push_back({op.mb, send(d, d + 1, cost.output_bytes, end)});
       } else {
@@ -212,13 +208,13 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
       }
     } else if (op.kind == OpKind::W) {
       std::erase(dev.held, op.mb);
-      dev.memory -= held_bytes(cost);
+      dev.memory -= cost.held_bytes();
     } else {
       if (op.kind == OpKind::I) {
         dev.pending_w.push_back(op.mb);
       } else {
         std::erase(dev.held, op.mb);
-        dev.memory -= held_bytes(cost);
+        dev.memory -= cost.held_bytes();
       }
       if (s > 0) {
         devices[s - 1].backwards.push_back(

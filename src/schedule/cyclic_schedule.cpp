@@ -11,8 +11,9 @@
 //    backward and forward (B1, F1, B2, F2, ...; each side by (micro-batch, stage)).
 //  * Memory-aware injection: the first forward of a micro-batch on a device is skipped
 //    for this cycle when memory_limit_bytes > 0 and the device's current memory
-//    (static + stored of everything in flight there) + the op's stored_bytes +
-//    peak_bytes exceeds the limit. Micro-batch 0 is always admitted, and so is any
+//    (static + held bytes of everything in flight there: StageCost::held_bytes(), the
+//    stored activations and the sent output) + the op's held bytes + peak_bytes exceeds
+//    the limit. Micro-batch 0 is always admitted, and so is any
 //    micro-batch on a device with nothing in flight — otherwise that device would wait
 //    forever; the simulator then reports the order as not fitting.
 //
@@ -95,7 +96,7 @@ ScheduleOrder build_cyclic(const PipelineProblem& problem, bool barriers) {
         if (r < backwards.size()) {
           const PipelineOp& op = backwards[r];
           ++bwd[op.stage].head;
-          memory[d] -= problem.costs[op.mb][op.stage].stored_bytes;
+          memory[d] -= problem.costs[op.mb][op.stage].held_bytes();
           --in_flight[d];
           if (op.stage > 0) bwd[op.stage - 1].push(op.mb);
           emit(op);
@@ -105,12 +106,12 @@ ScheduleOrder build_cyclic(const PipelineProblem& problem, bool barriers) {
           const StageCost& cost = problem.costs[op.mb][op.stage];
           const bool first_on_device = op.mb > newest_mb[d];
           if (limit > 0 && first_on_device && op.mb != 0 && in_flight[d] > 0 &&
-              memory[d] + cost.stored_bytes + cost.peak_bytes > limit) {
+              memory[d] + cost.held_bytes() + cost.peak_bytes > limit) {
             continue;  // not admitted this cycle; stays at the head of its queue
           }
           ++fwd[op.stage].head;
           newest_mb[d] = std::max(newest_mb[d], op.mb);
-          memory[d] += cost.stored_bytes;
+          memory[d] += cost.held_bytes();
           ++in_flight[d];
           if (op.stage + 1 < stages) {
             fwd[op.stage + 1].push(op.mb);

@@ -360,12 +360,13 @@ TEST(BatchingTest, InfeasibleSampleIsNamed) {
   const FakeCostModel model({.num_stages = 2, .bytes_per_token = 100,
                              .full_bytes_per_token = 10, .static_bytes = 1000});
   const GlobalBatch batch = gpt_batch({50, 900, 60});
-  // Sample 1 alone, full recompute: 1000 + 10·904 = 10040 bytes > 10000.
+  // Sample 1 alone, full recompute, on stage 0: 1000 static + 10·904 stored + 2·904 of
+  // sent output = 11848 bytes > 10000.
   expect_error([&] {
     make_microbatches(batch, model, {.num_stages = 2, .memory_limit_bytes = 10000,
                                      .max_seqlen = 1024});
   }, ErrorKind::Infeasible, "sample 1 alone (input_len 900, target_len 0, shape 1x904+0) must be "
-                            "<= memory_limit_bytes 10000, got 10040 bytes");
+                            "<= memory_limit_bytes 10000, got 11848 bytes on stage 0");
   expect_error([&] {
     make_microbatches(batch, model, {.strategy = Strategy::Padding, .num_stages = 2,
                                      .memory_limit_bytes = 10000, .max_seqlen = 1024});

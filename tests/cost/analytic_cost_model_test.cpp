@@ -99,7 +99,7 @@ TEST(AnalyticCostModelTest, BottleneckAndBytesEqualStageCostsExactly) {
         const double got = m->bottleneck_ms_and_bytes(shape, density, mode, scratch, bytes);
         ASSERT_EQ(got, expected) << c.model << " pp " << p << " trial " << trial;
         for (std::size_t s = 0; s < p; ++s) {
-          ASSERT_EQ(bytes[s], all[s].stored_bytes) << c.model << " stage " << s;
+          ASSERT_EQ(bytes[s], all[s].held_bytes()) << c.model << " stage " << s;
           ASSERT_EQ(bytes[p + s], all[s].peak_bytes) << c.model << " stage " << s;
         }
       }

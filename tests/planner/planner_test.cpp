@@ -340,6 +340,27 @@ TEST(PlannerTest, RowSizedBaselinesSimulateTheObjectivesSizeAndTheMostThatFit) {
   }
 }
 
+// The schedules that admit forwards by memory alone (the cyclic ones, critical-path) can
+// hold many micro-batches on a device, and the output each forward sent stays until its
+// backward: at GPT-6.7B pp 8 on the H100 preset at 40 GiB, max seqlen 2048,
+// wait-free-cyclic's plan of iteration 1 went 66 MB over the limit in the plan verifier
+// (bench/random_points.py schedules seed 22 found it at 4096, 262,144 tokens) until the
+// DP's memory rule, the cyclic schedules and the simulator counted those outputs
+// (StageCost::held_bytes()). Every plan here is verified, memory included.
+TEST(PlannerTest, MemoryBoundSchedulesKeepTheirSentOutputsWithinTheLimit) {
+  PlanConfig config = gpt_h100_config("dynapipe", 8, 1, 2048);
+  config.memory_limit_gib = 40;
+  config.stage_layers = assign_layers(config.model, {3, 4, 4, 4, 4, 5, 5, 3});  // balanced's split
+  const std::vector<GlobalBatch> batches = batches_of(config, 2);
+  for (ScheduleKind schedule : {ScheduleKind::WaitFreeCyclic, ScheduleKind::Cyclic, ScheduleKind::CriticalPath}) {
+    config.schedule = schedule;
+    const Planner planner(config, PlannerOptions{});
+    for (const GlobalBatch& batch : batches) {
+      EXPECT_NO_THROW(planner.plan_iteration(batch)) << schedule_kind_name(schedule) << " iteration " << batch.index;
+    }
+  }
+}
+
 // Past the objective's size and the most that fit, the row-sized baselines walk the
 // micro-batch size while the simulation improves, as a practitioner sweeps it: at GPT-6.7B
 // pp 8 on the measured H100 profile, 80 GiB, max seqlen 2048, packing-varlen's objective
@@ -604,9 +625,17 @@ TEST(PlannerTest, CalibrationScalesThePeakMemoryEstimate) {
   ASSERT_EQ(after.schedule, before.schedule);
   for (int s = 0; s < 4; ++s) {
     const double static_bytes = static_cast<double>(planner.base_cost_model().static_bytes(s));
-    const double expected = static_bytes + 1.5 * (static_cast<double>(before.est_peak_memory_bytes[s]) - static_bytes);
-    // Each micro-batch's bytes are rounded to whole bytes after scaling.
-    EXPECT_NEAR(static_cast<double>(after.est_peak_memory_bytes[s]), expected, 64.0) << "device " << s;
+    const double scaled = static_bytes + 1.5 * (static_cast<double>(before.est_peak_memory_bytes[s]) - static_bytes);
+    const double got = static_cast<double>(after.est_peak_memory_bytes[s]);
+    if (s == 3) {
+      // Each micro-batch's bytes are rounded to whole bytes after scaling.
+      EXPECT_NEAR(got, scaled, 64.0) << "device " << s;
+    } else {
+      // The stored and peak bytes scale; the outputs sent on (exact tensor sizes) do not,
+      // and the last stage sends none.
+      EXPECT_GT(got, static_cast<double>(before.est_peak_memory_bytes[s])) << "device " << s;
+      EXPECT_LT(got, scaled) << "device " << s;
+    }
   }
 }
 

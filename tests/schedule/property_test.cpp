@@ -90,7 +90,10 @@ std::string check(const PipelineProblem& p, const ScheduleOrder& order, const Si
     std::int64_t current = p.static_bytes[d], peak = current;
     for (const PipelineOp& op : order.device_ops[d]) {
       const StageCost& c = p.costs[op.mb][op.stage];
-      if (op.kind == OpKind::F) current += c.stored_bytes;
+      // F holds its stored activations and its sent output; the output goes right before
+      // the backward (B or I), the activations with B or W.
+      if (op.kind == OpKind::B || op.kind == OpKind::I) current -= c.output_bytes;
+      if (op.kind == OpKind::F) current += c.stored_bytes + c.output_bytes;
       peak = std::max(peak, current + c.peak_bytes);
       if (op.kind == OpKind::B || op.kind == OpKind::W) current -= c.stored_bytes;
     }

@@ -19,7 +19,9 @@ inline std::string letters(const std::vector<PipelineOp>& ops) {
 }
 
 // m equal micro-batches on `devices` x `chunks` virtual stages; backward split evenly
-// into I and W; no memory limit, free communication.
+// into I and W; no memory limit, free communication; no sent output (output_bytes 0), so
+// memory is stored and peak bytes only (tests of held outputs and of message times set
+// output_bytes themselves).
 inline PipelineProblem uniform_problem(int m, int devices, double fwd_ms, double bwd_ms,
                                        int chunks = 1) {
   PipelineProblem p;
@@ -31,7 +33,6 @@ inline PipelineProblem uniform_problem(int m, int devices, double fwd_ms, double
   c.bwd_weight_ms = bwd_ms / 2;
   c.stored_bytes = 100;
   c.peak_bytes = 10;
-  c.output_bytes = 1000;
   p.costs.assign(m, std::vector<StageCost>(p.num_stages(), c));
   p.static_bytes.assign(devices, 0);
   return p;

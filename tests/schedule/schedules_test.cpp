@@ -179,6 +179,24 @@ TEST(ScheduleTest, MemoryAwareInjectionKeepsPeakUnderTheLimit) {
   EXPECT_GT(run("cyclic", p).peak_memory_bytes[0], 250);
 }
 
+// The admission counts what a micro-batch holds: its stored bytes and its sent output (5
+// bytes on the first three stages). At 215 bytes two stored activations would fit with the
+// transient (210) but not their outputs too (220): one micro-batch at a time on stage 0.
+TEST(ScheduleTest, MemoryAwareInjectionCountsTheSentOutputs) {
+  PipelineProblem p = uniform_problem(8, 4, 1.0, 2.0);
+  for (auto& per_stage : p.costs) {
+    for (int s = 0; s + 1 < 4; ++s) per_stage[s].output_bytes = 5;
+  }
+  p.memory_limit_bytes = 215;
+  for (const char* name : {"cyclic", "wait-free-cyclic"}) {
+    const SimResult r = run(name, p);
+    EXPECT_TRUE(r.fits_memory) << name;
+    EXPECT_EQ(r.peak_memory_bytes[0], 100 + 5 + 10) << name;
+  }
+  p.memory_limit_bytes = 220;  // two fit
+  EXPECT_EQ(run("wait-free-cyclic", p).peak_memory_bytes[0], 2 * (100 + 5) + 10);
+}
+
 TEST(ScheduleTest, CyclicAdmitsMicroBatchZeroEvenWhenItCannotFit) {
   PipelineProblem p = uniform_problem(3, 2, 1.0, 2.0);
   p.memory_limit_bytes = 50;  // below one micro-batch

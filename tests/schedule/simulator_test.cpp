@@ -225,6 +225,26 @@ TEST(SimulatorTest, SplitBackwardFreesAtW) {
   EXPECT_DOUBLE_EQ(r.makespan_ms, 2 * 1.0 + 4 * 1.0);
 }
 
+// A forward's sent output (7 bytes on stage 0; the last stage sends none) is held with its
+// 100 stored bytes until right before the backward of its (mb, stage), as the lowered plan
+// holds it: 1F1B's second forward on device 0 peaks at 2 · (100 + 7) + 10 = 224. With the
+// split backward I frees the output and W the stored bytes: F0 I0 F1 peaks at 100 (mb 0's
+// stored) + 107 + 10 = 217, where freeing the output only at W would give 224.
+TEST(SimulatorTest, SentOutputsAreHeldUntilTheirBackward) {
+  PipelineProblem p = uniform_problem(2, 2, 1.0, 2.0);
+  for (auto& per_stage : p.costs) per_stage[0].output_bytes = 7;
+  const SimResult fused = simulate(p, one_f_one_b_2x2());
+  EXPECT_EQ(fused.peak_memory_bytes, (std::vector<std::int64_t>{224, 110}));
+  EXPECT_EQ(fused.peak_op[0], F(1, 0));
+  p.memory_limit_bytes = 223;
+  EXPECT_FALSE(simulate(p, one_f_one_b_2x2()).fits_memory);
+  p.memory_limit_bytes = 0;
+  ScheduleOrder split;
+  split.device_ops = {{F(0, 0), I(0, 0), F(1, 0), W(0, 0), I(1, 0), W(1, 0)},
+                      {F(0, 1), I(0, 1), F(1, 1), I(1, 1), W(0, 1), W(1, 1)}};
+  EXPECT_EQ(simulate(p, split).peak_memory_bytes[0], 100 + 107 + 10);
+}
+
 TEST(SimulatorTest, CycleBarriersDelayTheNextCycle) {
   PipelineProblem p = uniform_problem(1, 2, 1.0, 1.0);
   p.costs[0][0].fwd_ms = 5.0;

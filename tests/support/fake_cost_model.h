@@ -111,7 +111,8 @@ class FakeCostModel final : public CostModel {
     cost.bwd_input_ms = cost.bwd_ms / 2;
     cost.bwd_weight_ms = cost.bwd_ms - cost.bwd_input_ms;
     cost.peak_bytes = token_bytes(params_.peak_bytes_per_token);
-    cost.output_bytes = token_bytes(2);
+    // The activation sent on, as the real models: none from the last stage.
+    cost.output_bytes = stage + 1 < params_.num_stages ? token_bytes(2) : 0;
     return cost;
   }
 

@@ -34,6 +34,11 @@ struct StageCost {
   std::int64_t peak_bytes = 0;    // transient working memory on top of stored, during F or B
   std::int64_t output_bytes = 0;  // activation sent to the next stage (= gradient sent back);
                                   // 0 on the last stage
+  // What a micro-batch in flight keeps on its stage: the stored activations and the sent
+  // output, which the lowered plan holds until the backward waits on its send (the
+  // runtime's autograd graph keeps it anyway). The memory rules of the DP, the schedules
+  // and the simulator count this, as the plan verifier does.
+  std::int64_t held_bytes() const { return stored_bytes + output_bytes; }
   friend bool operator==(const StageCost&, const StageCost&) = default;
 };
 
@@ -91,7 +96,7 @@ class CostModel {
                            Recompute recompute, std::span<StageCost> out) const;
   // What the batching's segment scans read of stage_costs(), equal to it: returns the
   // bottleneck time (max over stages of fwd_ms + bwd_ms) and writes every stage's
-  // stored_bytes into bytes[0, p), then its peak_bytes into bytes[p, 2p). `scratch`
+  // held_bytes() into bytes[0, p), then its peak_bytes into bytes[p, 2p). `scratch`
   // (p slots) is the default's room for stage_costs(); a model overrides this to skip
   // what the scans do not need (the analytic one costs each distinct stage once).
   virtual double bottleneck_ms_and_bytes(const MicroBatchShape& shape,
