@@ -407,7 +407,8 @@ class AnalyticCostModel final : public CostModel {
       }
       const LayerCost total = stage_total(stages_[s], layers);
       time_ms = std::max(time_ms, total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms));
-      bytes[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes)) + output_bytes(stages_[s], layers);
+      bytes[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes)) +
+                 output_bytes(stages_[s], layers);  // held_bytes()
       bytes[p + s] = static_cast<std::int64_t>(std::ceil(total.peak_bytes));
     }
     return time_ms;

@@ -13,9 +13,9 @@
 //    for this cycle when memory_limit_bytes > 0 and the device's current memory
 //    (static + held bytes of everything in flight there: StageCost::held_bytes(), the
 //    stored activations and the sent output) + the op's held bytes + peak_bytes exceeds
-//    the limit. Micro-batch 0 is always admitted, and so is any
-//    micro-batch on a device with nothing in flight — otherwise that device would wait
-//    forever; the simulator then reports the order as not fitting.
+//    the limit. Micro-batch 0 is always admitted, and so is any micro-batch on a device
+//    with nothing in flight — otherwise that device would wait forever; the simulator
+//    then reports the order as not fitting.
 //
 // Invariants: each (mb, stage) enters each of its queues exactly once, FIFO, so every
 // device sees micro-batches in id order; the cycles form a valid global execution, so

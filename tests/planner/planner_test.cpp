@@ -352,11 +352,13 @@ TEST(PlannerTest, MemoryBoundSchedulesKeepTheirSentOutputsWithinTheLimit) {
   config.memory_limit_gib = 40;
   config.stage_layers = assign_layers(config.model, {3, 4, 4, 4, 4, 5, 5, 3});  // balanced's split
   const std::vector<GlobalBatch> batches = batches_of(config, 2);
-  for (ScheduleKind schedule : {ScheduleKind::WaitFreeCyclic, ScheduleKind::Cyclic, ScheduleKind::CriticalPath}) {
+  for (ScheduleKind schedule :
+       {ScheduleKind::WaitFreeCyclic, ScheduleKind::Cyclic, ScheduleKind::CriticalPath}) {
     config.schedule = schedule;
     const Planner planner(config, PlannerOptions{});
     for (const GlobalBatch& batch : batches) {
-      EXPECT_NO_THROW(planner.plan_iteration(batch)) << schedule_kind_name(schedule) << " iteration " << batch.index;
+      EXPECT_NO_THROW(planner.plan_iteration(batch))
+          << schedule_kind_name(schedule) << " iteration " << batch.index;
     }
   }
 }
@@ -625,7 +627,8 @@ TEST(PlannerTest, CalibrationScalesThePeakMemoryEstimate) {
   ASSERT_EQ(after.schedule, before.schedule);
   for (int s = 0; s < 4; ++s) {
     const double static_bytes = static_cast<double>(planner.base_cost_model().static_bytes(s));
-    const double scaled = static_bytes + 1.5 * (static_cast<double>(before.est_peak_memory_bytes[s]) - static_bytes);
+    const double scaled =
+        static_bytes + 1.5 * (static_cast<double>(before.est_peak_memory_bytes[s]) - static_bytes);
     const double got = static_cast<double>(after.est_peak_memory_bytes[s]);
     if (s == 3) {
       // Each micro-batch's bytes are rounded to whole bytes after scaling.
