@@ -58,7 +58,8 @@ class ShapeCosts {
   }
   std::int64_t evaluations() const { return evaluations_; }
   // Uncached: the time (max over stages of fwd + bwd) and, into bytes[0..2p), every
-  // stage's stored bytes then peak bytes, independent of the memory rule.
+  // stage's held bytes (StageCost::held_bytes()) then peak bytes, independent of the
+  // memory rule.
   double evaluate_stages(const MicroBatchShape& shape, const AttentionDensity& density,
                          std::span<std::int64_t> bytes) const;
   // evaluate_stages() under each of `modes` (this object's own mode need not be among

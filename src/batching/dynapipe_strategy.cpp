@@ -431,7 +431,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   MemoryRule rule_;
   ModelKind kind_;
   std::int64_t multiple_;
-  std::size_t stride_;                 // bytes per segment: stored and peak per stage
+  std::size_t stride_;                 // bytes per segment: held and peak per stage
   VarlenRows& rows_;
   VarlenRows* partner_;                // costed along (constructor), or nullptr
   std::array<Recompute, 2> modes_{};   // this scanner's mode, the partner's

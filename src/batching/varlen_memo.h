@@ -1,5 +1,5 @@
 // Private to batching/: costs of varlen segments, kept across DP runs. A segment's time
-// and per-stage stored and peak bytes depend on its samples and the recompute mode only,
+// and per-stage held and peak bytes depend on its samples and the recompute mode only,
 // not on the memory rule or the bubble weight, so the planner's several DPs over one
 // batch (memory rules of different schedules, a line search on the bubble weight) share
 // them (BatchingCache).
@@ -25,7 +25,7 @@ namespace dynapipe::detail {
 struct VarlenRows {
   struct Row {
     std::vector<double> time_ms;        // per segment: max over stages of fwd + bwd
-    std::vector<std::int64_t> bytes;    // per segment: stored[0..p), then peak[0..p)
+    std::vector<std::int64_t> bytes;    // per segment: held[0..p), then peak[0..p)
     std::int64_t enc = 0, dec = 0;      // running sums of the last segment costed
     double enc_squares = 0, dec_squares = 0;
     // time_ms is non-decreasing so far: a scan's stop by time is a binary search.
