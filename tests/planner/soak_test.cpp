@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "dynapipe/core/error.h"
@@ -167,16 +168,27 @@ bool plan_or_refuse(const SoakCase& c, bool fixed_layout, SoakCounts* counts) {
   return !::testing::Test::HasFailure();
 }
 
-TEST(SoakTest, RandomConfigurationsPlanVerifyOrAreRefusedCleanly) {
-  const std::int64_t count = env_int("DYNAPIPE_SOAK_CONFIGS", 1000);
+// Runs `count` cases of one stream from DYNAPIPE_SOAK_SEED; nullopt at the first failure.
+std::optional<SoakCounts> run_stream(std::int64_t count, const char* count_env,
+                                     SoakCase (*make_case)(std::uint64_t),
+                                     bool (*fixed_layout)(std::uint64_t)) {
   const std::uint64_t first = static_cast<std::uint64_t>(env_int("DYNAPIPE_SOAK_SEED", 1));
   SoakCounts counts;
-  for (std::uint64_t seed = first; seed < first + count; ++seed) {
-    const SoakCase c = random_case(seed);
+  for (std::uint64_t seed = first; seed < first + static_cast<std::uint64_t>(count); ++seed) {
+    const SoakCase c = make_case(seed);
     SCOPED_TRACE(cat("seed ", seed, ": ", c.describe(), " (rerun: DYNAPIPE_SOAK_SEED=", seed,
-                     " DYNAPIPE_SOAK_CONFIGS=1)"));
-    if (!plan_or_refuse(c, seed % 2 == 0, &counts)) return;
+                     " ", count_env, "=1)"));
+    if (!plan_or_refuse(c, fixed_layout(seed), &counts)) return std::nullopt;
   }
+  return counts;
+}
+
+TEST(SoakTest, RandomConfigurationsPlanVerifyOrAreRefusedCleanly) {
+  const std::int64_t count = env_int("DYNAPIPE_SOAK_CONFIGS", 1000);
+  const std::optional<SoakCounts> ran = run_stream(
+      count, "DYNAPIPE_SOAK_CONFIGS", random_case, [](std::uint64_t seed) { return seed % 2 == 0; });
+  if (!ran) return;
+  SoakCounts counts = *ran;
   std::printf("soak: %lld configurations: %d planned, %d infeasible, %d invalid, %d unsupported\n",
               static_cast<long long>(count), counts.planned, counts.refused[ErrorKind::Infeasible],
               counts.refused[ErrorKind::InvalidArgument], counts.refused[ErrorKind::Unsupported]);
@@ -191,14 +203,10 @@ TEST(SoakTest, MemoryBoundConfigurationsPlanVerifyOrAreRefusedCleanly) {
   // 600 in CI (~6 s): the code before the fix went over the limit at seeds 530 and 1603 of
   // the first 3,000.
   const std::int64_t count = env_int("DYNAPIPE_SOAK_EDGE_CONFIGS", 600);
-  const std::uint64_t first = static_cast<std::uint64_t>(env_int("DYNAPIPE_SOAK_SEED", 1));
-  SoakCounts counts;
-  for (std::uint64_t seed = first; seed < first + count; ++seed) {
-    const SoakCase c = memory_edge_case(seed);
-    SCOPED_TRACE(cat("seed ", seed, ": ", c.describe(), " (rerun: DYNAPIPE_SOAK_SEED=", seed,
-                     " DYNAPIPE_SOAK_EDGE_CONFIGS=1)"));
-    if (!plan_or_refuse(c, /*fixed_layout=*/true, &counts)) return;
-  }
+  const std::optional<SoakCounts> ran = run_stream(
+      count, "DYNAPIPE_SOAK_EDGE_CONFIGS", memory_edge_case, [](std::uint64_t) { return true; });
+  if (!ran) return;
+  SoakCounts counts = *ran;
   std::printf("soak, memory-bound: %lld configurations: %d planned, %d infeasible\n",
               static_cast<long long>(count), counts.planned, counts.refused[ErrorKind::Infeasible]);
   if (count >= 40) {
