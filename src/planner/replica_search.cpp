@@ -224,12 +224,6 @@ std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choi
   for (const MicroBatch& mb : all) times.push_back(microbatch_time_ms(*cost, mb, mode));
   const std::vector<int> owner =
       balance_pipeline_replicas(times, config.dp, from.batching.bubble_weight * (config.pp - 1));
-  std::vector<std::vector<MicroBatch>> replicas(static_cast<std::size_t>(config.dp));
-  for (std::size_t k = 0; k < all.size(); ++k) replicas[static_cast<std::size_t>(owner[k])].push_back(all[k]);
-  for (std::vector<MicroBatch>& replica : replicas) {
-    for (std::size_t k = 0; k < replica.size(); ++k) replica[k].id = static_cast<int>(k);
-  }
-  if (std::ranges::any_of(replicas, [](const auto& r) { return r.empty(); })) return std::nullopt;
   // Each replica's micro-batches (indices into `all`, in order) under a deal.
   auto groups = [&](const std::vector<int>& of) {
     std::vector<std::vector<int>> g(static_cast<std::size_t>(config.dp));
@@ -239,6 +233,7 @@ std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choi
     return g;
   };
   const std::vector<std::vector<int>> dealt = groups(owner), had = groups(before);
+  if (std::ranges::any_of(dealt, [](const auto& g) { return g.empty(); })) return std::nullopt;
   // The same deal up to the replicas' numbering: nothing new to search.
   if (std::ranges::is_permutation(dealt, had)) return std::nullopt;
   // Each replica in every mode up to the heaviest the cut ran (unless --recompute fixed
@@ -255,7 +250,7 @@ std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choi
   }
   Choice other;
   other.schedule = schedule;
-  for (std::size_t r = 0; r < replicas.size(); ++r) {
+  for (std::size_t r = 0; r < dealt.size(); ++r) {
     const auto kept = std::ranges::find(had, dealt[r]);
     const ReplicaChoice* same =
         kept != had.end() ? &from.replicas[static_cast<std::size_t>(kept - had.begin())] : nullptr;
@@ -266,13 +261,18 @@ std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choi
       other.replicas.push_back(*same);
       continue;
     }
+    std::vector<MicroBatch> replica;  // the dealt micro-batches, numbered in order
+    for (int item : dealt[r]) {
+      replica.push_back(all[static_cast<std::size_t>(item)]);
+      replica.back().id = static_cast<int>(replica.size() - 1);
+    }
     std::optional<ReplicaChoice> fastest;
     for (const Recompute k : modes) {
       // Each mode after the first only has to beat the fastest so far.
       const double bar = fastest ? std::min(beat_ms, fastest->best.sim.makespan_ms) : beat_ms;
       const std::optional<Choice> one = unless_ruled_out([&] {
         return search_replicas(
-            batch, {replicas[r]}, schedule,
+            batch, {replica}, schedule,
             {.quick = true, .recompute = k, .other_modes = false, .permute = true, .beat_ms = bar});
       });
       if (!one || one->replicas.empty()) continue;
