@@ -102,6 +102,7 @@ UnitMemory layer_unit_memory(const std::string& cost_spec, const ModelSpec& mode
     memory.static_bytes.push_back(cost->static_bytes(unit));
     memory.stored_bytes.push_back(c.stored_bytes);
     memory.peak_bytes.push_back(c.peak_bytes);
+    memory.output_bytes.push_back(c.output_bytes);
   }
   return memory;
 }
@@ -111,11 +112,13 @@ std::optional<std::vector<int>> balance_layer_counts(const std::vector<double>& 
   const std::size_t n = unit_ms.size();
   const UnitMemory& u = rule.units;
   if (u.static_bytes.size() != n || u.stored_bytes.size() != n || u.peak_bytes.size() != n ||
+      (!u.output_bytes.empty() && u.output_bytes.size() != n) ||
       rule.in_flight.size() != static_cast<std::size_t>(std::max(num_stages, 0))) {
     throw Error(ErrorKind::InvalidArgument,
-                cat("stage memory rule: need one static, stored and peak size per unit (", n,
-                    ") and one in-flight count per stage (", num_stages, "), got ", u.static_bytes.size(), ", ",
-                    u.stored_bytes.size(), ", ", u.peak_bytes.size(), " and ", rule.in_flight.size()));
+                cat("stage memory rule: need one static, stored and peak size (and none or one output size) per unit (",
+                    n, ") and one in-flight count per stage (", num_stages, "), got ", u.static_bytes.size(), ", ",
+                    u.stored_bytes.size(), ", ", u.peak_bytes.size(), ", ", u.output_bytes.size(), " and ",
+                    rule.in_flight.size()));
   }
   std::vector<std::int64_t> static_prefix(n + 1, 0), stored_prefix(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i) {
@@ -124,8 +127,10 @@ std::optional<std::vector<int>> balance_layer_counts(const std::vector<double>& 
   }
   auto fits = [&](int stage, int begin, int end) {
     const std::int64_t peak = *std::max_element(u.peak_bytes.begin() + begin, u.peak_bytes.begin() + end);
+    // What a stage sends on is held until its backward, as its stored activations are.
+    const std::int64_t sent = stage + 1 < num_stages && !u.output_bytes.empty() ? u.output_bytes[end - 1] : 0;
     const std::int64_t bytes = static_prefix[end] - static_prefix[begin] +
-                               rule.in_flight[stage] * (stored_prefix[end] - stored_prefix[begin]) + peak;
+                               rule.in_flight[stage] * (stored_prefix[end] - stored_prefix[begin] + sent) + peak;
     return bytes < rule.limit_bytes;
   };
   std::vector<int> counts = min_max_split(unit_ms, num_stages, fits);

@@ -84,12 +84,17 @@ TEST(LayerBalance, EqualsBruteForceBottleneck) {
   }
 }
 
-// Bytes of stage `stage` over units [begin, end) under `rule` (sums, largest peak).
+// Bytes of stage `stage` over units [begin, end) under `rule` (sums, largest peak, and the
+// output of its last unit held per micro-batch in flight unless it is the last stage).
 std::int64_t stage_bytes(const StageMemoryRule& rule, int stage, int begin, int end) {
   std::int64_t bytes = 0, peak = 0;
   for (int u = begin; u < end; ++u) {
     bytes += rule.units.static_bytes[u] + rule.in_flight[stage] * rule.units.stored_bytes[u];
     peak = std::max(peak, rule.units.peak_bytes[u]);
+  }
+  const bool last_stage = stage + 1 == static_cast<int>(rule.in_flight.size());
+  if (!last_stage && !rule.units.output_bytes.empty()) {
+    bytes += rule.in_flight[stage] * rule.units.output_bytes[end - 1];
   }
   return bytes + peak;
 }
@@ -100,7 +105,8 @@ TEST(LayerBalance, MemoryRuleMovesLayersToStagesWithFewerInFlight) {
   StageMemoryRule rule;
   rule.units = {.static_bytes = std::vector<std::int64_t>(6, 0),
                 .stored_bytes = std::vector<std::int64_t>(6, 1),
-                .peak_bytes = std::vector<std::int64_t>(6, 0)};
+                .peak_bytes = std::vector<std::int64_t>(6, 0),
+                .output_bytes = {}};
   rule.in_flight = {2, 1};
   rule.limit_bytes = 5;
   const std::vector<double> units(6, 1.0);
@@ -119,6 +125,26 @@ TEST(LayerBalance, MemoryRuleMovesLayersToStagesWithFewerInFlight) {
   EXPECT_THROW(balance_layer_counts(units, 2, rule), Error);
 }
 
+TEST(LayerBalance, MemoryRuleHoldsTheSentOutputs) {
+  // Six equal units storing 1 byte each, stage 0 with 2 in flight, stage 1 with 1, under 7
+  // bytes: stage 0 fits 3 units (2·3 = 6), so the split is even. When unit 2 sends 1 byte
+  // on, stage 0 over units 0–2 holds 2·(3 + 1) = 8: it takes 2 units (2·(2 + 1) = 6) and
+  // stage 1 the other 4 (its own output is never sent: 4 < 7).
+  StageMemoryRule rule;
+  rule.units = {.static_bytes = std::vector<std::int64_t>(6, 0),
+                .stored_bytes = std::vector<std::int64_t>(6, 1),
+                .peak_bytes = std::vector<std::int64_t>(6, 0),
+                .output_bytes = {}};
+  rule.in_flight = {2, 1};
+  rule.limit_bytes = 7;
+  const std::vector<double> units(6, 1.0);
+  EXPECT_EQ(balance_layer_counts(units, 2, rule), (std::vector<int>{3, 3}));
+  rule.units.output_bytes = {1, 1, 1, 1, 1, 1};
+  EXPECT_EQ(balance_layer_counts(units, 2, rule), (std::vector<int>{2, 4}));
+  rule.units.output_bytes = {1, 1};
+  EXPECT_THROW(balance_layer_counts(units, 2, rule), Error);
+}
+
 TEST(LayerBalance, MemoryRuledSplitEqualsBruteForce) {
   // Every layer in exactly one stage, every stage within its rule, the slowest stage the
   // smallest among the splits that fit (nullopt exactly when none fits).
@@ -132,6 +158,7 @@ TEST(LayerBalance, MemoryRuledSplitEqualsBruteForce) {
       rule.units.static_bytes.push_back(static_cast<std::int64_t>(rng() % 20));
       rule.units.stored_bytes.push_back(static_cast<std::int64_t>(rng() % 10));
       rule.units.peak_bytes.push_back(static_cast<std::int64_t>(rng() % 10));
+      rule.units.output_bytes.push_back(static_cast<std::int64_t>(rng() % 4));
     }
     for (int s = 0; s < stages; ++s) rule.in_flight.push_back(stages - s);
     rule.limit_bytes = 20 + static_cast<std::int64_t>(rng() % 60);
@@ -167,6 +194,11 @@ TEST(LayerBalance, UnitMemoryFollowsTheRecomputeMode) {
   EXPECT_EQ(none.static_bytes, full.static_bytes);
   EXPECT_GT(none.static_bytes.front(), none.static_bytes[1]);  // the embedding rides on unit 0
   EXPECT_LT(full.stored_bytes[1], none.stored_bytes[1]);
+  // Each layer sends its hidden states on (2,048 × 4,096 half-precision values); the head,
+  // last, sends nothing.
+  EXPECT_EQ(none.output_bytes[1], std::int64_t{2048} * 4096 * 2);
+  EXPECT_EQ(none.output_bytes, full.output_bytes);
+  EXPECT_EQ(none.output_bytes.back(), 0);
 }
 
 TEST(LayerBalance, UnitCostsCarryEmbeddingAndHead) {

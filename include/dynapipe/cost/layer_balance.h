@@ -35,17 +35,20 @@ std::vector<int> balance_layer_counts(const std::vector<double>& unit_ms, int nu
 
 // What each unit keeps in memory for one micro-batch shape (same cost model and options as
 // layer_unit_ms): weights, gradients and optimizer states; activations kept from forward
-// to backward; transient working memory. A stage's bytes are the sums of its units' static
-// and stored bytes and the largest peak (a token table shared by embedding and head on one
-// stage is counted twice: the bound errs on the safe side).
+// to backward; transient working memory; the activation a unit sends on when it ends a
+// stage (held until that micro-batch's backward, as StageCost::held_bytes() counts it). A
+// stage's bytes are the sums of its units' static and stored bytes, its last unit's output
+// (none on the last stage) and the largest peak (a token table shared by embedding and
+// head on one stage is counted twice: the bound errs on the safe side).
 struct UnitMemory {
   std::vector<std::int64_t> static_bytes, stored_bytes, peak_bytes;
+  std::vector<std::int64_t> output_bytes;  // empty: no unit sends anything
 };
 UnitMemory layer_unit_memory(const std::string& cost_spec, const ModelSpec& model, const CostModelOptions& options,
                              const MicroBatchShape& shape, Recompute recompute);
 
-// A per-stage memory rule: stage s must keep static + in_flight[s] × stored + peak under
-// limit_bytes (1F1B keeps num_stages − s micro-batches in flight on stage s).
+// A per-stage memory rule: stage s must keep static + in_flight[s] × (stored + output) +
+// peak under limit_bytes (1F1B keeps num_stages − s micro-batches in flight on stage s).
 struct StageMemoryRule {
   UnitMemory units;
   std::vector<int> in_flight;  // one per stage
