@@ -77,6 +77,11 @@ double idle_share(const Choice& choice) {
   return share;
 }
 
+bool runs_in_own_mode(const Choice& choice) {
+  return std::ranges::all_of(choice.replicas,
+                             [&](const ReplicaChoice& r) { return r.best.recompute == choice.dp_recompute; });
+}
+
 bool schedules_can_gain(const Choice& choice) {
   return idle_share(choice) > kRuleStartsIdleShare && bottleneck_overhead(choice) > kRuleStartsOverhead;
 }

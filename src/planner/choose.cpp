@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <utility>
 
 namespace dynapipe {
 
@@ -205,8 +206,46 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     others_best_ms = std::min(others_best_ms, search_in_full(ranked_choice, std::nullopt, true,
                                                              std::nullopt, others_best_ms));
   }
-  if (m.schedule == ScheduleKind::Auto && choice && idle_share(*choice) > kRuleStartsIdleShare &&
-      bottleneck_overhead(ranked.front()) > kRuleStartsOverhead) {
+  const bool rows_gated = !(choice && idle_share(*choice) > kRuleStartsIdleShare &&
+                            bottleneck_overhead(ranked.front()) > kRuleStartsOverhead);
+  if (m.schedule == ScheduleKind::Auto && choice && rows_gated) {
+    // Where the gate below stays closed, each schedule row's best cut within
+    // kOtherRuleWindow of the best quick estimate and not yet searched in full gets a look
+    // in its own mode with its two first orders (as in_window() below gives the baseline
+    // cuts), and a full search where that look beats the plan so far. The three best can
+    // all be one row's cuts, which the full search gains little, while another row's cut
+    // gains more than the ranking separates them: T5-11B pp 4 dp 2 on the measured H100
+    // profile, 80 GiB, 1024, 65,536 tokens, where the plan idles 8%: the three best were
+    // interleaved cuts (1449.2 ms by quick estimate, 1445.3 in full), the zb1p rule's best
+    // ranked fifth at 1474.0 and ran 1427.4 in its organ-pipe order, which `--schedule zb1p`
+    // found and auto did not (iteration 0: 1451.6 against 1440.4 ms). Costs the
+    // 262,144-token and T5-11B short256 plans 2.5% and 3.6% of their instructions, the
+    // other planner_bench plans ≤ 0.6%.
+    const double best_quick_ms = ranked.front().est_ms;
+    std::map<std::pair<ScheduleKind, bool>, bool> row_seen;  // (schedule, padded cut)
+    for (const Choice& ranked_choice : ranked) {
+      if (ranked_choice.baseline_cut) continue;
+      const bool padded = ranked_choice.batching.varlen_padded_cut;
+      if (std::exchange(row_seen[{ranked_choice.schedule, padded}], true)) continue;
+      if (!(ranked_choice.est_ms <= best_quick_ms * kOtherRuleWindow)) continue;
+      const bool searched_in_full = std::ranges::any_of(searched, [&](const Searched& s) {
+        return !s.mode && same_cut(*s.ranked_choice, ranked_choice) &&
+               (s.schedule == ranked_choice.schedule || s.schedule == ScheduleKind::Auto);
+      });
+      if (searched_in_full) continue;
+      const double bar_ms = padded ? choice->est_ms : std::min(others_best_ms, choice->est_ms);
+      const std::optional<Choice> look = unless_ruled_out([&] {
+        return m.search_replicas(batch, replica_microbatches(ranked_choice), ranked_choice.schedule,
+                                 {.quick = true, .recompute = ranked_choice.dp_recompute, .permute = true,
+                                  .record = false, .max_orders = 2, .beat_ms = bar_ms});
+      });
+      if (!look || !(look->est_ms < bar_ms)) continue;
+      const double ms = search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
+                                       padded ? choice->est_ms : others_best_ms);
+      if (!padded) others_best_ms = std::min(others_best_ms, ms);
+    }
+  }
+  if (m.schedule == ScheduleKind::Auto && choice && !rows_gated) {
     // And each schedule row's best cut and best padded cut (the 1F1B rule's, searched with
     // every schedule; the zb1p and interleaved rules'), where the quick estimate is within
     // kRuleWindow of the best, the plan so far idles more than kRuleStartsIdleShare and the
@@ -273,8 +312,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     // order is that ranking's, already outside the window: only the organ pipe runs, its
     // builds stopping at the window. Otherwise that mode fits nothing and the search tries
     // every mode, which skipped orders and a bar would cut short.
-    const bool own_mode = std::ranges::all_of(
-        cut.replicas, [&](const ReplicaChoice& r) { return r.best.recompute == cut.dp_recompute; });
+    const bool own_mode = runs_in_own_mode(cut);
     ReplicaSearch how{.quick = true, .recompute = cut.dp_recompute, .permute = true,
                       .record = false, .max_orders = 2};
     if (own_mode) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <ranges>
 
 #include "dynapipe/batching/head_tail.h"
 
@@ -53,25 +54,34 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
   ranked.push_back(m.search(batch, plans.front().first, plans.front().second, true, &cache));
   std::vector<std::size_t> best_of_order{0};  // per order: index into ranked
   std::vector<std::size_t> rule_of{0};        // per ranked cut: the rule (plans[rule]) it was cut for
+  std::vector<std::size_t> order_of{0};       // per DP cut: its order (index into best_of_order)
   // Quick estimates of the sorted order's cuts, one per rule (plans[0 .. rules)).
   const std::size_t rules = 1 + m.more_targets.size();
   std::vector<double> sorted_ms(rules, std::numeric_limits<double>::infinity());
   sorted_ms[0] = ranked.front().est_ms;
+  std::vector<bool> sorted_own_mode(rules, true);
   for (std::size_t k = 1; k < plans.size(); ++k) {
     if (varlen && k >= rules && k % rules != 0 &&
         plans[k].second == ScheduleKind::Interleaved) {
       // The interleaved rule's DPs cost the most of the later ones (a memory rule of its
       // own: T5-11B pp 8 short256, ~15% of a plan). Where interleaving lost clearly on
-      // the sorted order, skipping them left every issue-8 point's plan as it was.
+      // the sorted order, skipping them left every issue-8 point's plan as it was. (Not
+      // where that cut's own mode fit no schedule: its estimate in a heavier mode says
+      // little of what its head-and-tail form, below, runs.)
       const double best_sorted = *std::min_element(sorted_ms.begin(), sorted_ms.end());
-      if (!(sorted_ms[k % rules] <= best_sorted * kInterleavedWindow)) continue;
+      if (sorted_own_mode[k % rules] && !(sorted_ms[k % rules] <= best_sorted * kInterleavedWindow)) {
+        continue;
+      }
     }
     const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order ||
                            plans[k].first.varlen_row_capacity != plans[k - 1].first.varlen_row_capacity;
     std::optional<Choice> c =
         unless_ruled_out([&] { return m.search(batch, plans[k].first, plans[k].second, true, &cache, &ranked); });
     if (!c) continue;
-    if (k < rules) sorted_ms[k] = c->est_ms;
+    if (k < rules) {
+      sorted_ms[k] = c->est_ms;
+      sorted_own_mode[k] = runs_in_own_mode(*c);
+    }
     ranked.push_back(std::move(*c));
     rule_of.push_back(k % rules);
     if (new_order) {
@@ -79,22 +89,43 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     } else if (ranked.back().est_ms < ranked[best_of_order.back()].est_ms) {
       best_of_order.back() = ranked.size() - 1;
     }
+    order_of.push_back(best_of_order.size() - 1);
   }
   if (varlen && m.options.head_and_tail) {
     // Each order's best cuts again with small micro-batches first and last
-    // (batching/head_tail.h).
-    for (std::size_t k : best_of_order) {
+    // (batching/head_tail.h); and each rule's best cut of an order where its own recompute
+    // mode fit no schedule: the DP's memory rule let it fill the devices, and a heavier mode
+    // ran it, while small micro-batches in fill and drain can let its own mode fit (T5-11B
+    // pp 4, A100 80 GiB preset, 512, 262,144 tokens: the interleaved rule's cuts ran in full
+    // recompute, 26,124.4 ms, their head-and-tail form in selective, 20,018.4; that rule was
+    // not its order's best under auto, so auto planned 23,295.5 ms against
+    // `--schedule interleaved`'s 19,929.2).
+    std::vector<std::size_t> head_tail_of = best_of_order;
+    const std::size_t dp_cuts = ranked.size();
+    for (std::size_t k = 0; k < dp_cuts; ++k) {
+      if (runs_in_own_mode(ranked[k]) || std::ranges::count(head_tail_of, k) > 0) continue;
+      const bool rule_best = std::ranges::none_of(std::views::iota(std::size_t{0}, dp_cuts), [&](std::size_t j) {
+        return j != k && order_of[j] == order_of[k] && rule_of[j] == rule_of[k] &&
+               (ranked[j].est_ms < ranked[k].est_ms || (ranked[j].est_ms == ranked[k].est_ms && j < k));
+      });
+      if (rule_best) head_tail_of.push_back(k);
+    }
+    for (std::size_t k : head_tail_of) {
       const Choice& base = ranked[k];
       std::vector<std::vector<MicroBatch>> replicas;
       for (const ReplicaChoice& replica : base.replicas) {
         replicas.push_back(split_head_and_tail(batch, replica.microbatches, *m.cost,
                                                base.dp_recompute, m.batching));
       }
-      Choice other = m.quick_search(batch, replicas, base.schedule, base.dp_recompute, &ranked);
-      other.batching = base.batching;
-      other.dp_recompute = base.dp_recompute;
+      // (Such a form can fit no schedule in any mode, its head and tail adding micro-batches
+      // in flight: it is then left out.)
+      std::optional<Choice> other = unless_ruled_out(
+          [&] { return m.quick_search(batch, replicas, base.schedule, base.dp_recompute, &ranked); });
+      if (!other) continue;
+      other->batching = base.batching;
+      other->dp_recompute = base.dp_recompute;
       rule_of.push_back(rule_of[k]);
-      ranked.push_back(std::move(other));
+      ranked.push_back(std::move(*other));
     }
   }
   auto best = [&] {

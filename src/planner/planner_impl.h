@@ -124,6 +124,9 @@ double idle_share(const Choice& choice);
 // Whether another schedule of `choice`'s kind of cut could still gain enough to search the
 // other rules' cuts as a named schedule would (kRuleStartsIdleShare, kRuleStartsOverhead).
 bool schedules_can_gain(const Choice& choice);
+// Whether every replica's search ran in the recompute mode its cut was made for (else that
+// mode fit no schedule and a heavier one ran).
+bool runs_in_own_mode(const Choice& choice);
 // The ranking's order: by the estimate, then the other replicas' makespans, slowest first.
 bool ranks_before(const Choice& a, const Choice& b);
 bool is_dp_strategy(Strategy strategy);

@@ -307,6 +307,39 @@ TEST(PlannerTest, AutoSearchesARowsNextCutsWhereItsBestCameClose) {
   expect_auto_no_slower_than(config, ScheduleKind::Zb1p, 1);
 }
 
+// Where the plan idles too little for those steps, each row's best cut within 2% of the
+// best quick estimate still gets a look in its two first orders (T5-11B pp 4 dp 2 on the
+// measured H100 profile, 80 GiB, max seqlen 1024; bench/random_points.py schedules seed 25):
+// the three best were interleaved cuts, and the zb1p rule's best, ranked fifth (its slower
+// replica 1474.0 ms by quick estimate), runs 1427.4 in its organ-pipe order: without the
+// look auto planned iteration 0 in 1451.6 ms against zb1p's 1440.4.
+TEST(PlannerTest, AutoLooksAtEachRowsBestWhereThePlanIdlesLittle) {
+  PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h100.measured.json", 4, 1024, 512, 80);
+  config.dp = 2;
+  expect_auto_no_slower_than(config, ScheduleKind::Zb1p, 1);
+}
+
+// A rule's cut that ran only in a heavier recompute mode than it was cut for gets a head and
+// a tail too, where its own mode can then fit: T5-11B pp 4 on the A100 80 GiB preset, max
+// seqlen 512, 262,144 tokens, where the interleaved rule was not its order's best under auto
+// (bench/random_points.py schedules seed 27): auto planned iteration 1 in 23,295.5 ms
+// against `--schedule interleaved`'s 19,929.2.
+TEST(PlannerTest, AutoTriesTheHeadAndTailOfCutsThatFellBackToAHeavierMode) {
+  PlanConfig config = t5_config("analytic:a100-80g", 4, 512, 512, 80);
+  config.global_batch_tokens = 262144;
+  PlanConfig interleaved = config;
+  interleaved.schedule = ScheduleKind::Interleaved;
+  const GlobalBatch batch = batches_of(config, 2).back();
+  EXPECT_LE(Planner(config, options_with(false, {})).plan_iteration(batch).est_iteration_ms,
+            Planner(interleaved, options_with(false, {})).plan_iteration(batch).est_iteration_ms * (1 + 1e-9));
+  // Such a form may fit no schedule in any mode; the plan goes on without it (GPT-6.7B pp 8
+  // dp 4, A100 80 GiB preset at 40 GiB, 8192, 131,072 tokens: iteration 1 replica 3).
+  PlanConfig gpt = gpt_config("dynapipe", 8, 4, 8192);
+  gpt.cost_model = "analytic:a100-80g";
+  gpt.global_batch_tokens = 131072;
+  EXPECT_GT(Planner(gpt, options_with(false, {})).plan_iteration(batches_of(gpt, 2).back()).est_iteration_ms, 0);
+}
+
 // packing-varlen without --micro-batch-size simulates two sizes, the objective's choice and
 // the most rows that fit, and keeps the faster: each wins somewhere. GPT-6.7B pp 4 on H100
 // 80 GiB at 512 takes the most that fit (the objective's 1F1B bubble favours smaller
