@@ -210,6 +210,9 @@ void BatchingOptions::validate() const {
     if (k < 1) fail(cat("in_flight entries must be >= 1, got ", k));
   }
   if (!(bubble_weight > 0)) fail(cat("bubble_weight must be > 0, got ", bubble_weight));
+  if (lone_samples_alone && strategy != Strategy::DynaPipe) {
+    fail(cat("lone_samples_alone applies to dynapipe only, got strategy ", strategy_name(strategy)));
+  }
 }
 
 struct BatchingCache::Store : detail::VarlenMemoStore {};
@@ -301,7 +304,9 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   // objective does not see. Within a rule, the recompute mode with the best objective
   // (ties: the lighter mode).
   std::optional<detail::Candidate> best;
-  for (detail::MemoryRule rule : {detail::MemoryRule::Pipelined, detail::MemoryRule::OneInFlight}) {
+  const detail::MemoryRule pipelined =
+      options.lone_samples_alone ? detail::MemoryRule::PipelinedLoneAlone : detail::MemoryRule::Pipelined;
+  for (detail::MemoryRule rule : {pipelined, detail::MemoryRule::OneInFlight}) {
     for (std::size_t m = 0; m < kRecomputeModes.size(); ++m) {
       if (options.recompute && *options.recompute != kRecomputeModes[m]) continue;
       const double incumbent = best ? best->objective_ms : std::numeric_limits<double>::infinity();
@@ -336,6 +341,33 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
     for (std::size_t k = 0; k < replica.size(); ++k) replica[k].id = static_cast<int>(k);
   }
   return result;
+}
+
+int count_lone_samples(const GlobalBatch& batch, const CostModel& cost_model, const BatchingOptions& options,
+                       int limit) {
+  options.validate();
+  if (batch.samples.empty() || options.memory_limit_bytes == 0) return 0;
+  const detail::ShapeCosts costs(cost_model, Recompute::None, options.num_stages, options.memory_limit_bytes,
+                                 options.in_flight);
+  // The longest lengths together, dense: no sample holds more (memory grows with both).
+  std::int64_t max_enc = 0, max_dec = 0;
+  for (const Sample& sample : batch.samples) {
+    const detail::ModelLengths lengths = detail::model_lengths(sample, options.kind);
+    max_enc = std::max(max_enc, lengths.enc);
+    max_dec = std::max(max_dec, lengths.dec);
+  }
+  const MicroBatchShape longest{.batch = 1,
+                                .seqlen = round_up(max_enc, options.seqlen_multiple),
+                                .dec_seqlen = round_up(max_dec, options.seqlen_multiple)};
+  if (costs.evaluate(longest, AttentionDensity{}).fits_pipelined) return 0;
+  int count = 0;
+  for (std::size_t k = 0; k < batch.samples.size() && count <= limit; ++k) {
+    const std::size_t members[] = {k};
+    const MicroBatch alone = detail::make_microbatch(batch.samples, members, options);
+    const detail::ShapeCost cost = costs.evaluate(alone.shape, alone.density);
+    count += !cost.fits_pipelined && cost.fits_one;
+  }
+  return count;
 }
 
 double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microbatch,

@@ -76,8 +76,9 @@ void ShapeCosts::evaluate_stages_modes(const MicroBatchShape& shape,
 std::vector<std::int64_t> ShapeCosts::rule_key(MemoryRule rule) const {
   std::vector<std::int64_t> key{memory_limit_bytes_};
   for (int s = 0; s < num_stages_; ++s) {
-    key.push_back(rule == MemoryRule::Pipelined ? in_flight_[static_cast<std::size_t>(s)] : 1);
+    key.push_back(rule == MemoryRule::OneInFlight ? 1 : in_flight_[static_cast<std::size_t>(s)]);
   }
+  if (rule == MemoryRule::PipelinedLoneAlone) key.push_back(-1);
   return key;
 }
 
@@ -221,7 +222,7 @@ std::optional<double> replicas_objective(const std::vector<std::vector<MicroBatc
     times.clear();
     for (const MicroBatch& mb : replica) {
       const ShapeCost cost = cost_of(costs, mb);
-      if (!cost.fits(rule)) return std::nullopt;
+      if (!cost.fits(rule_for(rule, mb.sample_ids.size()))) return std::nullopt;
       times.push_back(cost.time_ms);
     }
     objective = std::max(objective,

@@ -22,7 +22,16 @@ namespace dynapipe::detail {
 enum class MemoryRule : std::uint8_t {
   Pipelined,    // k_s from BatchingOptions::in_flight (default p − s, as under 1F1B)
   OneInFlight,  // k_s = 1: the schedule must limit micro-batches in flight
+  // Pipelined for micro-batches of several samples, OneInFlight for one sample alone
+  // (BatchingOptions::lone_samples_alone; dynapipe only).
+  PipelinedLoneAlone,
 };
+
+// The rule a micro-batch of `samples` samples is held to under `rule`.
+inline MemoryRule rule_for(MemoryRule rule, std::size_t samples) {
+  if (rule != MemoryRule::PipelinedLoneAlone) return rule;
+  return samples == 1 ? MemoryRule::OneInFlight : MemoryRule::Pipelined;
+}
 
 struct ShapeCost {
   double time_ms = std::numeric_limits<double>::quiet_NaN();  // NaN = not evaluated yet
@@ -30,7 +39,7 @@ struct ShapeCost {
   bool fits_one = false;
   std::int64_t one_bytes = 0;  // max over stages of static + stored + peak (k = 1)
   int one_stage = 0;           // the stage attaining one_bytes
-  bool fits(MemoryRule rule) const {
+  bool fits(MemoryRule rule) const {  // REQUIRES: not PipelinedLoneAlone (rule_for())
     return rule == MemoryRule::Pipelined ? fits_pipelined : fits_one;
   }
 };
@@ -69,6 +78,7 @@ class ShapeCosts {
                              std::span<std::int64_t> bytes) const;
   // Whether per-stage bytes from evaluate_stages() fit under `rule`.
   // Inline: the varlen scans call it once per new segment and rule.
+  // REQUIRES: not PipelinedLoneAlone (rule_for()).
   bool fits(std::span<const std::int64_t> bytes, MemoryRule rule) const {
     if (memory_limit_bytes_ == 0) return true;
     const std::size_t p = static_cast<std::size_t>(num_stages_);
@@ -78,7 +88,8 @@ class ShapeCosts {
     }
     return true;
   }
-  // What fits() checks against under `rule`: the memory limit, then k_s per stage.
+  // What fits() checks against under `rule`: the memory limit, then k_s per stage (and a
+  // marker for PipelinedLoneAlone).
   std::vector<std::int64_t> rule_key(MemoryRule rule) const;
   int num_stages() const { return num_stages_; }
   const CostModel& cost_model() const { return cost_model_; }

@@ -172,7 +172,7 @@ class PaddedScanner : public ScannerBase<PaddedScanner> {
         row = costs_.row(max_enc, max_dec);
       }
       const ShapeCost& cost = costs_.get(row, max_enc, max_dec, j - i + 1);
-      if (!cost.fits(rule_)) break;
+      if (!cost.fits(rule_for(rule_, static_cast<std::size_t>(j - i + 1)))) break;
       if (monotone_) {
         if (cost.time_ms > cap_ms) break;
         emit(j - i + 1, cost.time_ms);
@@ -262,7 +262,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         while (row.time_ms.size() < count) extend(begin, &row);
         const auto bytes =
             std::span<const std::int64_t>(row.bytes).subspan((count - 1) * stride_, stride_);
-        qualifies = costs_.fits(bytes, rule_);
+        qualifies = costs_.fits(bytes, rule_for(rule_, count));
         sum += row.time_ms[count - 1];
         max = std::max(max, row.time_ms[count - 1]);
       }
@@ -380,7 +380,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
       if (c >= fit.known) {  // memory is checked once per segment and rule
         if (fit.closed) break;
         const auto bytes = std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_);
-        if (!costs_.fits(bytes, rule_)) {
+        if (!costs_.fits(bytes, rule_for(rule_, c + 1))) {
           fit.closed = true;
           break;
         }

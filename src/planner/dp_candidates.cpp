@@ -17,6 +17,12 @@ namespace {
 // sorted-order cut's quick estimate came within this factor of that order's best.
 constexpr double kInterleavedWindow = 1.02;
 
+// rank_dp_plans(): the DP with lone samples held to fitting alone runs where 1 to p samples
+// are such (count_lone_samples()). Each one critical-path runs alone stalls the others'
+// admission; where many are (GPT-6.7B pp 4 at 40 GiB, 2048: ~20 of ~140 samples), the cut
+// changed no issue-8 plan and cost 5% of a 65,536-token plan's instructions.
+bool lone_samples_may_gain(int lone, int pp) { return lone >= 1 && lone <= pp; }
+
 }  // namespace
 
 // The DP strategies' micro-batchings, each ranked by a quick search: one DP per memory
@@ -91,6 +97,29 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     }
     order_of.push_back(best_of_order.size() - 1);
   }
+  if (varlen && !m.batching.recompute && m.config.pp > 1 && ranked.front().dp_recompute != Recompute::None &&
+      (m.schedule == ScheduleKind::Auto || m.schedule == ScheduleKind::CriticalPath) &&
+      lone_samples_may_gain(count_lone_samples(batch, *m.cost, plans.front().first, m.config.pp), m.config.pp)) {
+    // The 1F1B rule forced a heavier recompute mode than none: often a few long samples
+    // that cannot keep p − s copies in flight. critical-path admits forwards by memory, so
+    // it can run such a sample alone while the others wait: the sorted order's DP again
+    // without recomputation, a lone sample held to fitting alone (lone_samples_alone;
+    // docs/batching.md, "Lone samples"). GPT-6.7B pp 2 on the H100 preset, 80 GiB, 8192,
+    // 65,536 tokens: every cut ran full recompute, 3655.8 ms for iteration 0, while
+    // token-based, walking its budget, ran 19 micro-batches without recomputation under
+    // critical-path in 3425.0; this cut runs 3199.5.
+    BatchingOptions lone = plans.front().first;
+    lone.lone_samples_alone = true;
+    lone.recompute = Recompute::None;
+    // Ranked with critical-path alone: the other schedules keep p − s in flight or more.
+    std::optional<Choice> c = unless_ruled_out(
+        [&] { return m.search(batch, lone, ScheduleKind::CriticalPath, true, &cache, &ranked); });
+    if (c) {
+      ranked.push_back(std::move(*c));
+      rule_of.push_back(0);
+      order_of.push_back(best_of_order.size());  // an order of its own, no head and tail
+    }
+  }
   if (varlen && m.options.head_and_tail) {
     // Each order's best cuts again with small micro-batches first and last
     // (batching/head_tail.h); and each rule's best cut of an order where its own recompute
@@ -142,15 +171,32 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
   auto rule_starts = [&] {
     const std::size_t overall = static_cast<std::size_t>(best() - ranked.begin());
     std::vector<std::size_t> starts{overall};
-    if (!schedules_can_gain(ranked[overall])) return starts;
+    // A lone-sample cut's steps come on top of the others', which start from the best other
+    // cut as they would without it (T5-11B pp 8 on the H100 preset, 40 GiB, 4096, 16,384
+    // tokens: the lone-sample cut ranked first and took the 1F1B rule's line search, whose
+    // cut had planned 823.6 ms for iteration 1; 854.5 without it).
+    auto lone = [&](std::size_t k) { return ranked[k].batching.lone_samples_alone; };
+    std::size_t regular = overall;
+    if (lone(overall)) {
+      std::optional<std::size_t> other;
+      for (std::size_t k = 0; k < rule_of.size(); ++k) {
+        if (!lone(k) && (!other || ranked[k].est_ms < ranked[*other].est_ms)) other = k;
+      }
+      if (!other) return starts;
+      regular = *other;
+      starts.push_back(regular);
+    }
+    if (!schedules_can_gain(ranked[regular])) return starts;
     for (std::size_t rule = 0; rule < rules; ++rule) {
       std::optional<std::size_t> rule_best;
       for (std::size_t k = 0; k < rule_of.size(); ++k) {
-        if (rule_of[k] == rule && (!rule_best || ranked[k].est_ms < ranked[*rule_best].est_ms)) rule_best = k;
+        if (rule_of[k] == rule && !lone(k) && (!rule_best || ranked[k].est_ms < ranked[*rule_best].est_ms)) {
+          rule_best = k;
+        }
       }
       const double window = rule == 0 ? kRuleWindow : kOtherRuleWindow;
-      if (rule != rule_of[overall] && rule_best &&
-          ranked[*rule_best].est_ms <= ranked[overall].est_ms * window) {
+      if (rule != rule_of[regular] && rule_best &&
+          ranked[*rule_best].est_ms <= ranked[regular].est_ms * window) {
         starts.push_back(*rule_best);
       }
     }

@@ -182,6 +182,36 @@ TEST(DynaPipeVarlenTest, TokensMayExceedMaxSeqlenAndT5SumsBothSides) {
   EXPECT_EQ(mb.real_tokens, 27);
 }
 
+// lone_samples_alone: a sample that fits alone but not with k_s copies in flight stands
+// alone, the other micro-batches keep the rule. p = 2, 100 B/token stored without
+// recomputation, 2 B/token sent on from stage 0: the 1000-token sample holds 102,000 B on
+// stage 0, 204,000 with two in flight, over the 150,000 limit.
+TEST(DynaPipeVarlenTest, LoneSamplesStandAloneUnderThePipelinedRule) {
+  const FakeCostModel model({.num_stages = 2, .bytes_per_token = 100, .full_bytes_per_token = 10});
+  const GlobalBatch batch = gpt_batch({1000, 100, 100, 100, 100});
+  BatchingOptions options{.num_stages = 2, .memory_limit_bytes = 150'000, .max_seqlen = 1024,
+                          .recompute = Recompute::None};
+  EXPECT_EQ(count_lone_samples(batch, model, options, 2), 1);
+  // Without it no cut keeps two in flight: the one-in-flight rule for every micro-batch.
+  EXPECT_TRUE(make_microbatches(batch, model, options).one_in_flight);
+  options.lone_samples_alone = true;
+  const BatchingResult lone = make_microbatches(batch, model, options);
+  EXPECT_FALSE(lone.one_in_flight);
+  EXPECT_EQ(lone.recompute, Recompute::None);
+  // The long sample alone (t = 3·1.5), the four short ones together (3·0.9; 81,600 B with
+  // two in flight): 4.5 + 2.7 + (p − 1)·4.5.
+  ASSERT_EQ(lone.replicas[0].size(), 2u);
+  EXPECT_EQ(lone.replicas[0][0].sample_ids, (std::vector<SampleId>{0}));
+  EXPECT_EQ(lone.replicas[0][1].sample_ids.size(), 4u);
+  EXPECT_NEAR(lone.objective_ms, 11.7, 1e-9);
+  // Where every sample keeps two in flight nothing is lone.
+  options.memory_limit_bytes = 210'000;
+  EXPECT_EQ(count_lone_samples(batch, model, options, 2), 0);
+  // Only the varlen DP knows the rule.
+  options.strategy = Strategy::TokenBased;
+  EXPECT_THROW(make_microbatches(batch, model, options), Error);
+}
+
 // The schedule-aware options: zb1p-like k_s = p on every stage sizes micro-batches for
 // stage p − 1 holding p of them; a smaller bubble weight favours fewer, larger ones.
 TEST(DynaPipeVarlenTest, InFlightAndBubbleWeightShapeTheCuts) {

@@ -93,6 +93,13 @@ struct BatchingOptions {
   // dynapipe-padded or better. The planner tries it as one more candidate
   // (docs/batching.md). false (default): the varlen DP.
   bool varlen_padded_cut = false;
+  // dynapipe: true holds a micro-batch of one sample only to fitting alone (one in flight)
+  // where the memory rule would keep k_s of it in flight; micro-batches of several samples
+  // keep the rule. A schedule that admits forwards by memory (critical-path) can run such
+  // a long sample while the others wait, in a lighter recompute mode than the rule allows
+  // every micro-batch. The planner tries it as one more candidate where the rule forced a
+  // heavier mode (docs/batching.md, "Lone samples"). false (default): the rule for all.
+  bool lone_samples_alone = false;
   // The schedule the micro-batches are planned for (docs/batching.md, "Schedule-aware
   // DP"). in_flight[s] = k_s, the micro-batches whose activations stage s holds at once
   // under that schedule (empty, the default: 1F1B's p − s); each entry >= 1, size p.
@@ -144,6 +151,13 @@ class BatchingCache {
 // recompute mode, naming the sample, its length, the bytes needed and the budget.
 BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost_model,
                                  const BatchingOptions& options, BatchingCache* cache = nullptr);
+
+// The samples for which BatchingOptions::lone_samples_alone changes what `options`' memory
+// rule admits without recomputation: each fits alone in recompute mode none but not with
+// its rule's k_s copies in flight. Counts up to limit + 1 and stops there. One cost
+// evaluation where the longest lengths fit the rule (the common case), else one per sample.
+int count_lone_samples(const GlobalBatch& batch, const CostModel& cost_model, const BatchingOptions& options,
+                       int limit);
 
 // t(M): the bottleneck stage's fwd_ms + bwd_ms for the micro-batch's shape and density.
 double microbatch_time_ms(const CostModel& cost_model, const MicroBatch& microbatch,
