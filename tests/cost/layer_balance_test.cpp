@@ -99,16 +99,23 @@ std::int64_t stage_bytes(const StageMemoryRule& rule, int stage, int begin, int 
   return bytes + peak;
 }
 
-TEST(LayerBalance, MemoryRuleMovesLayersToStagesWithFewerInFlight) {
-  // Six equal units, each storing 1 byte per micro-batch; stage 0 keeps 2 in flight, stage 1
-  // one. Under 5 bytes stage 0 holds at most 2 units (2·3 = 6 does not fit), stage 1 at most 4.
+// Six units storing 1 byte each (nothing static, no peak, nothing sent), two stages keeping
+// 2 and 1 micro-batches in flight, under `limit_bytes`.
+StageMemoryRule six_units_two_stages(std::int64_t limit_bytes) {
   StageMemoryRule rule;
   rule.units = {.static_bytes = std::vector<std::int64_t>(6, 0),
                 .stored_bytes = std::vector<std::int64_t>(6, 1),
                 .peak_bytes = std::vector<std::int64_t>(6, 0),
                 .output_bytes = {}};
   rule.in_flight = {2, 1};
-  rule.limit_bytes = 5;
+  rule.limit_bytes = limit_bytes;
+  return rule;
+}
+
+TEST(LayerBalance, MemoryRuleMovesLayersToStagesWithFewerInFlight) {
+  // Six equal units, each storing 1 byte per micro-batch; stage 0 keeps 2 in flight, stage 1
+  // one. Under 5 bytes stage 0 holds at most 2 units (2·3 = 6 does not fit), stage 1 at most 4.
+  StageMemoryRule rule = six_units_two_stages(5);
   const std::vector<double> units(6, 1.0);
   EXPECT_EQ(balance_layer_counts(units, 2), (std::vector<int>{3, 3}));
   EXPECT_EQ(balance_layer_counts(units, 2, rule), (std::vector<int>{2, 4}));
@@ -130,13 +137,7 @@ TEST(LayerBalance, MemoryRuleHoldsTheSentOutputs) {
   // bytes: stage 0 fits 3 units (2·3 = 6), so the split is even. When unit 2 sends 1 byte
   // on, stage 0 over units 0–2 holds 2·(3 + 1) = 8: it takes 2 units (2·(2 + 1) = 6) and
   // stage 1 the other 4 (its own output is never sent: 4 < 7).
-  StageMemoryRule rule;
-  rule.units = {.static_bytes = std::vector<std::int64_t>(6, 0),
-                .stored_bytes = std::vector<std::int64_t>(6, 1),
-                .peak_bytes = std::vector<std::int64_t>(6, 0),
-                .output_bytes = {}};
-  rule.in_flight = {2, 1};
-  rule.limit_bytes = 7;
+  StageMemoryRule rule = six_units_two_stages(7);
   const std::vector<double> units(6, 1.0);
   EXPECT_EQ(balance_layer_counts(units, 2, rule), (std::vector<int>{3, 3}));
   rule.units.output_bytes = {1, 1, 1, 1, 1, 1};
