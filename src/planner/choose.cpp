@@ -148,18 +148,24 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   // dynapipe-padded is the paper's formulation, Karmarkar–Karp's deal included (the
   // reference deals with prtpy's kk); dynapipe deals each cut searched in full again.
   const bool redeals = m.config.dp > 1 && m.batching.strategy == Strategy::DynaPipe;
+  // The full search so far that covers `ranked_choice` in `mode` with `schedule`, or
+  // nullptr. Under auto the zb1p rule often cuts what the 1F1B rule cut: a cut searched in
+  // every mode with auto (every schedule) gives another schedule's search nothing faster.
+  auto covering = [&](const Choice& ranked_choice, std::optional<Recompute> mode,
+                      ScheduleKind schedule) -> const Searched* {
+    for (const Searched& s : searched) {
+      const bool covers = s.schedule == schedule || (!mode && s.schedule == ScheduleKind::Auto);
+      if (s.mode == mode && covers && same_cut(*s.ranked_choice, ranked_choice)) return &s;
+    }
+    return nullptr;
+  };
   auto search_in_full = [&](const Choice& ranked_choice,
                             std::optional<Recompute> mode = std::nullopt,
                             bool other_modes = true,
                             std::optional<ScheduleKind> schedule_given = std::nullopt,
                             double beat_ms = std::numeric_limits<double>::infinity()) -> double {
     const ScheduleKind schedule = schedule_given.value_or(ranked_choice.schedule);
-    // Under auto the zb1p rule often cuts what the 1F1B rule cut: a cut searched in every
-    // mode with auto (every schedule) gives another schedule's search nothing faster.
-    for (const Searched& s : searched) {
-      const bool covers = s.schedule == schedule || (!mode && s.schedule == ScheduleKind::Auto);
-      if (s.mode == mode && covers && same_cut(*s.ranked_choice, ranked_choice)) return s.est_ms;
-    }
+    if (const Searched* s = covering(ranked_choice, mode, schedule)) return s->est_ms;
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
     Choice full = mode ? m.search_replicas(batch, replicas, schedule,
                                            {.quick = true, .recompute = *mode,
@@ -260,11 +266,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
       const bool padded = ranked_choice.batching.varlen_padded_cut;
       if (std::exchange(row_seen[{ranked_choice.schedule, padded}], true)) continue;
       if (!(ranked_choice.est_ms <= best_quick_ms * kOtherRuleWindow)) continue;
-      const bool searched_in_full = std::ranges::any_of(searched, [&](const Searched& s) {
-        return !s.mode && same_cut(*s.ranked_choice, ranked_choice) &&
-               (s.schedule == ranked_choice.schedule || s.schedule == ScheduleKind::Auto);
-      });
-      if (searched_in_full) continue;
+      if (covering(ranked_choice, std::nullopt, ranked_choice.schedule) != nullptr) continue;
       const double bar_ms = padded ? choice->est_ms : std::min(others_best_ms, choice->est_ms);
       const std::optional<Choice> look = unless_ruled_out([&] {
         return m.search_replicas(batch, replica_microbatches(ranked_choice), ranked_choice.schedule,
