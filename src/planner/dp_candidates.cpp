@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <ranges>
+#include <utility>
 
 #include "dynapipe/batching/head_tail.h"
 
@@ -131,13 +133,17 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // `--schedule interleaved`'s 19,929.2).
     std::vector<std::size_t> head_tail_of = best_of_order;
     const std::size_t dp_cuts = ranked.size();
+    std::map<std::pair<std::size_t, std::size_t>, std::size_t> rule_best;  // (order, rule) → its best cut
     for (std::size_t k = 0; k < dp_cuts; ++k) {
-      if (runs_in_own_mode(ranked[k]) || std::ranges::count(head_tail_of, k) > 0) continue;
-      const bool rule_best = std::ranges::none_of(std::views::iota(std::size_t{0}, dp_cuts), [&](std::size_t j) {
-        return j != k && order_of[j] == order_of[k] && rule_of[j] == rule_of[k] &&
-               (ranked[j].est_ms < ranked[k].est_ms || (ranked[j].est_ms == ranked[k].est_ms && j < k));
-      });
-      if (rule_best) head_tail_of.push_back(k);
+      const auto [best_k, first] = rule_best.try_emplace({order_of[k], rule_of[k]}, k);
+      if (!first && ranked[k].est_ms < ranked[best_k->second].est_ms) best_k->second = k;
+    }
+    for (std::size_t k = 0; k < dp_cuts; ++k) {
+      if (rule_best.at({order_of[k], rule_of[k]}) != k || runs_in_own_mode(ranked[k]) ||
+          std::ranges::count(head_tail_of, k) > 0) {
+        continue;
+      }
+      head_tail_of.push_back(k);
     }
     for (std::size_t k : head_tail_of) {
       const Choice& base = ranked[k];
