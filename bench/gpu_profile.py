@@ -21,6 +21,10 @@ Batches double from 1 along each length (T5 decoder: each encoder x decoder leng
 b * (s + d) <= --max-tokens; a shape that runs out of memory ends its row (the profile
 format reads the missing tail as out of memory).
 
+On CUDA each transformer layer's varlen fixed cost is measured too (`varlen_fixed_ms`,
+docs/profile-format.md): up to three dense shapes of the grid, timed dense and with one
+sample per row through the varlen kernel; the medians of the differences, where above 0.
+
 --varlen-check FILE also times the transformer layers (recompute none) on packed rows:
 each row of s tokens holds k samples of s / k tokens (--varlen-samples), or samples of
 mixed lengths (--varlen-mixed), under block-diagonal attention (varlen flash attention on
@@ -461,6 +465,54 @@ def varlen_check(args, modules, bench):
     return results
 
 
+def varlen_fixed(args, modules, bench):
+    """Each transformer layer's fixed cost of the varlen kernels (recompute none): rows of
+    one sample each (the same arithmetic as dense rows) timed dense and varlen on up to
+    three shapes of the grid. {kind: (fwd_ms, bwd_ms)}, the medians of varlen - dense,
+    at least 0; empty where the layers have no varlen kernel (the CPU)."""
+    longest = max(args.seqlens)
+    shapes = [(b, s) for b, s in ((4, 1024), (2, 2048), (1, 4096)) if s <= longest]
+    shapes = shapes or [(1, longest)]
+    out = {}
+    for kind, layer in modules.items():
+        if not (bench.cuda and layer.has_varlen()):
+            continue
+        d = min(128, max(args.dec_seqlens)) if kind == "decoder" else 0
+        fwd, bwd = [], []
+        for b, s in shapes:
+            if b * (s + d) > args.max_tokens:
+                continue
+            try:
+                dense = bench.point(layer, kind, b, s, d)
+                layer.set_lengths([s] * b, [d] * b if d else None)
+                varlen = bench.point(layer, kind, b, s, d)
+            except Exception as e:  # noqa: BLE001 - a varlen kernel this PyTorch rejects
+                print(f"  {kind}: varlen fixed cost not measured ({type(e).__name__}: {e})", flush=True)
+                fwd, bwd = [], []
+                break
+            finally:
+                layer.set_lengths(None, None)
+            fwd.append(varlen["fwd_ms"] - dense["fwd_ms"])
+            bwd.append(varlen["bwd_ms"] - dense["bwd_ms"])
+            print(f"  {kind} b={b} s={s}" + (f" d={d}" if d else "") +
+                  f": varlen - dense fwd {fwd[-1]:+.3f} ms, bwd {bwd[-1]:+.3f} ms", flush=True)
+        if fwd:
+            out[kind] = (max(0.0, statistics.median(fwd)), max(0.0, statistics.median(bwd)))
+    return out
+
+
+def with_varlen_fixed(layers, fixed):
+    """The layer entries with `varlen_fixed_ms` (docs/profile-format.md) where measured > 0."""
+    out = []
+    for entry in layers:
+        f, b = fixed.get(entry["kind"], (0.0, 0.0))
+        if f > 0 or b > 0:
+            entry = {"kind": entry["kind"], "parameter_bytes": entry["parameter_bytes"],
+                     "varlen_fixed_ms": {"fwd": round(f, 4), "bwd": round(b, 4)}, "points": entry["points"]}
+        out.append(entry)
+    return out
+
+
 def int_list(text):
     try:
         values = [int(v) for v in text.split(",") if v]
@@ -527,6 +579,8 @@ def main():
             if len({p["batch"] for p in points}) < 2 or len({p["seqlen"] for p in points}) < 2:
                 fail(f"{entry['kind']} {mode}: fewer than two batches or seqlens fit; "
                      "raise --max-tokens or give longer --seqlens")
+    print("varlen fixed cost", flush=True)
+    layers = with_varlen_fixed(layers, varlen_fixed(args, modules, bench))
     device_entry = {"name": name, "memory_bytes": int(memory) or 24 * 2**30,
                     "link_bandwidth_gbs": args.link_gbs, "link_latency_ms": args.link_latency_ms,
                     "allreduce_bandwidth_gbs": args.allreduce_gbs}

@@ -1,9 +1,12 @@
 """bench/gpu_profile.py (measures a GPT's layers with PyTorch, writes a dynapipe profile):
 on the CPU, a tiny grid, its profile is one the CLI plans with and its tables hold what
-the script measured; bad input is one line and exit 2."""
+the script measured; the varlen fixed cost from stand-in timings (it needs a GPU's varlen
+kernel); bad input is one line and exit 2."""
+import importlib.util
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -94,3 +97,48 @@ def test_bad_input_is_one_line_and_exit_2(source_dir, tmp_path, model, args, mes
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in r.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+class StandInLayer:
+    """A layer whose varlen kernel costs fwd_extra / bwd_extra over dense (per shape)."""
+
+    def __init__(self, extras):
+        self.extras, self.lengths = extras, None
+
+    def has_varlen(self):
+        return True
+
+    def set_lengths(self, enc, dec=None):
+        self.lengths = (enc, dec)
+
+
+class StandInBench:
+    cuda = True
+
+    def point(self, layer, kind, b, s, d=0):
+        enc, dec = layer.lengths or (None, None)
+        fwd, bwd = 1.0 + b * s / 1000, 2.0 + b * s / 500  # dense
+        if enc is not None:
+            assert enc == [s] * b and (dec == [d] * b if d else dec is None)  # one sample per row
+            extra = layer.extras[(b, s)]
+            fwd, bwd = fwd + extra[0], bwd + extra[1]
+        return {"fwd_ms": fwd, "bwd_ms": bwd}
+
+
+def test_varlen_fixed_cost_is_the_median_excess_over_dense_rows(source_dir):
+    spec = importlib.util.spec_from_file_location("gpu_profile", source_dir / "bench/gpu_profile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = SimpleNamespace(seqlens=[64, 1024, 2048, 4096], dec_seqlens=[32, 512], max_tokens=131072)
+    decoder = StandInLayer({(4, 1024): (0.5, 0.1), (2, 2048): (0.4, 0.3), (1, 4096): (0.9, -0.2)})
+    encoder = StandInLayer({(4, 1024): (-0.1, -0.2), (2, 2048): (0.0, -0.1), (1, 4096): (-0.3, 0.05)})
+    fixed = module.varlen_fixed(args, {"encoder": encoder, "decoder": decoder}, StandInBench())
+    assert fixed["decoder"] == pytest.approx((0.5, 0.1)) and fixed["encoder"] == (0.0, 0.0)
+    assert decoder.lengths == (None, None)  # dense again afterwards
+    layers = [{"kind": k, "parameter_bytes": 1, "points": {}} for k in ("embedding", "encoder", "decoder", "head")]
+    written = module.with_varlen_fixed(layers, fixed)
+    assert [list(entry) for entry in written] == [["kind", "parameter_bytes", "points"]] * 2 + \
+        [["kind", "parameter_bytes", "varlen_fixed_ms", "points"], ["kind", "parameter_bytes", "points"]]
+    assert written[2]["varlen_fixed_ms"] == {"fwd": 0.5, "bwd": 0.1}
+    # Without a varlen kernel (the CPU) nothing is measured.
+    assert module.varlen_fixed(args, {"decoder": decoder}, SimpleNamespace(cuda=False)) == {}

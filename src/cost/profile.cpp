@@ -95,7 +95,7 @@ void check_grid(const JsonValue& r, const std::vector<ProfilePoint>& points, boo
 }
 
 ProfileLayer parse_layer(const JsonValue& r, ModelKind model_kind) {
-  r.only_fields({"kind", "parameter_bytes", "points"});
+  r.only_fields({"kind", "parameter_bytes", "varlen_fixed_ms", "points"});
   ProfileLayer layer;
   const auto kind = parse_profile_layer_kind(r["kind"].string());
   std::vector<std::string> allowed;
@@ -105,6 +105,13 @@ ProfileLayer parse_layer(const JsonValue& r, ModelKind model_kind) {
   }
   layer.kind = *kind;
   layer.parameter_bytes = r["parameter_bytes"].integer(0);
+  if (r.has("varlen_fixed_ms")) {
+    if (!is_layer_stack(layer.kind)) r.fail_field("varlen_fixed_ms", "absent for embedding and head");
+    const JsonValue fixed = r["varlen_fixed_ms"];
+    fixed.only_fields({"fwd", "bwd"});
+    layer.varlen_fwd_ms = fixed["fwd"].number(0);
+    layer.varlen_bwd_ms = fixed["bwd"].number(0);
+  }
   const JsonValue points = r["points"];
   points.only_fields({"none", "selective", "full"});
   const bool is_decoder = layer.kind == ProfileLayerKind::Decoder;
@@ -203,6 +210,9 @@ std::string profile_to_json(const Profile& profile) {
     nlohmann::ordered_json l;
     l["kind"] = std::string(profile_layer_kind_name(layer.kind));
     l["parameter_bytes"] = layer.parameter_bytes;
+    if (layer.varlen_fwd_ms > 0 || layer.varlen_bwd_ms > 0) {
+      l["varlen_fixed_ms"] = {{"fwd", layer.varlen_fwd_ms}, {"bwd", layer.varlen_bwd_ms}};
+    }
     nlohmann::ordered_json points = nlohmann::ordered_json::object();
     for (Recompute mode : kRecomputeModes) {
       const auto& list = layer.points[static_cast<int>(mode)];
@@ -229,8 +239,9 @@ std::string profile_to_json(const Profile& profile) {
     text += "[\n";
     for (std::size_t i = 0; i < value.size(); ++i) {
       const auto& l = value[i];
-      text += "    {\"kind\": " + l["kind"].dump() + ", \"parameter_bytes\": " + l["parameter_bytes"].dump() +
-              ", \"points\": {\n";
+      text += "    {\"kind\": " + l["kind"].dump() + ", \"parameter_bytes\": " + l["parameter_bytes"].dump();
+      if (l.contains("varlen_fixed_ms")) text += ", \"varlen_fixed_ms\": " + l["varlen_fixed_ms"].dump();
+      text += ", \"points\": {\n";
       bool first_mode = true;
       for (const auto& [mode, items] : l["points"].items()) {
         if (!first_mode) text += ",\n";

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
@@ -163,6 +164,7 @@ class ProfiledCostModel final : public CostModel {
         tables_[k][m] = std::make_unique<Table>(points, layer.kind == ProfileLayerKind::Decoder);
       }
       parameter_bytes_[k] = layer.parameter_bytes;
+      varlen_fixed_[k] = {layer.varlen_fwd_ms, layer.varlen_bwd_ms};
     }
     const bool t5 = model.kind == ModelKind::T5;
     stack_kind_ = static_cast<int>(t5 ? ProfileLayerKind::Encoder : ProfileLayerKind::Layer);
@@ -220,6 +222,17 @@ class ProfiledCostModel final : public CostModel {
       for (int q = kFwd; q <= kStored; ++q) total[q] += count * v[q];
       peak = std::max(peak, v[kPeak]);
     };
+    // A varlen micro-batch (any density below 1: its rows run the varlen kernels) pays
+    // each transformer layer's fixed varlen cost; a recomputed forward pays it again.
+    const bool varlen = !(density == AttentionDensity{});
+    auto add_varlen_fixed = [&](int kind, int count) {
+      if (!varlen) return;
+      const auto [fwd, bwd] = varlen_fixed_[kind];
+      const double backward = bwd + (recompute == Recompute::None ? 0.0 : fwd);
+      total[kFwd] += count * fwd;
+      total[kBwd] += count * backward;
+      total[kBwdInput] += count * backward;  // attention has no weights
+    };
     constexpr int kEmbedding = static_cast<int>(ProfileLayerKind::Embedding);
     constexpr int kDecoder = static_cast<int>(ProfileLayerKind::Decoder);
     constexpr int kHead = static_cast<int>(ProfileLayerKind::Head);
@@ -227,11 +240,13 @@ class ProfiledCostModel final : public CostModel {
       if (s.has_embedding && se > 0) add(tables_[kEmbedding][m]->at(b, se, 0), 1);
       if (s.has_encoder() && se > 0) {
         add(layer_values(*tables_[stack_kind_][m], b, se, 0, folded.enc), s.enc_end - s.enc_begin);
+        add_varlen_fixed(stack_kind_, s.enc_end - s.enc_begin);
       }
       if (s.has_dec_embedding && sd > 0) add(tables_[kEmbedding][m]->at(b, sd, 0), 1);
       if (s.has_decoder() && sd > 0) {
         add(layer_values(*tables_[kDecoder][m], b, se, sd, std::sqrt(folded.enc * folded.dec)),
             s.dec_end - s.dec_begin);
+        add_varlen_fixed(kDecoder, s.dec_end - s.dec_begin);
       }
       const double head_len = t5 ? sd : se;
       if (s.has_head && head_len > 0) add(tables_[kHead][m]->at(b, head_len, 0), 1);
@@ -351,6 +366,7 @@ class ProfiledCostModel final : public CostModel {
   std::vector<std::int64_t> weight_bytes_;
   std::unique_ptr<Table> tables_[kNumProfileLayerKinds][3];
   std::int64_t parameter_bytes_[kNumProfileLayerKinds] = {};
+  std::pair<double, double> varlen_fixed_[kNumProfileLayerKinds] = {};  // (fwd, bwd) ms per layer
   int stack_kind_ = 0;
   double longest_enc_ = 0, longest_dec_ = 0;  // measured by every table on the row's path
 };

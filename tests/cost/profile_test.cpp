@@ -13,6 +13,7 @@ namespace dynapipe {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr Recompute kModes[] = {Recompute::None, Recompute::Selective, Recompute::Full};
 
@@ -302,6 +303,57 @@ TEST(ProfileTest, SparseAttentionRemovesTheQuadraticPart) {
             profiled->stage_cost(0, shape, {}, Recompute::None).fwd_ms);
   EXPECT_LT(profiled->stage_cost(1, shape, {.enc = 1, .dec = 0.5}, Recompute::None).fwd_ms,
             profiled->stage_cost(1, shape, {}, Recompute::None).fwd_ms);
+}
+
+// A layer's fixed varlen cost (`varlen_fixed_ms`) is charged once per transformer layer
+// to every micro-batch whose rows run the varlen kernels (a density below 1), to nothing
+// else; a recomputed forward pays it again, and its backward part is input gradient.
+TEST(ProfileTest, VarlenFixedCostIsChargedToVarlenMicroBatchesOnly) {
+  Profile p = analytic_profile("t5-tiny", kGrid);
+  const auto plain = make_profiled_cost_model(p, {.num_stages = 2});
+  ASSERT_EQ(p.layers[2].kind, ProfileLayerKind::Decoder);
+  p.layers[1].varlen_fwd_ms = 0.25;  // encoder
+  p.layers[2].varlen_fwd_ms = 0.5;   // decoder
+  p.layers[2].varlen_bwd_ms = 0.125;
+  const auto fixed = make_profiled_cost_model(p, {.num_stages = 2});
+  const MicroBatchShape shape{.batch = 2, .seqlen = 512, .dec_seqlen = 128};
+  const int enc_layers = 2, dec_layers = 2;  // t5-tiny: stage 0 the encoder, stage 1 the decoder
+  ASSERT_EQ(fixed->stages()[0].enc_end - fixed->stages()[0].enc_begin, enc_layers);
+  ASSERT_EQ(fixed->stages()[1].dec_end - fixed->stages()[1].dec_begin, dec_layers);
+  for (Recompute mode : kModes) {
+    // Dense: unchanged.
+    const StageCost dense = fixed->stage_cost(1, shape, {}, mode);
+    EXPECT_EQ(dense.fwd_ms, plain->stage_cost(1, shape, {}, mode).fwd_ms);
+    EXPECT_EQ(dense.bwd_ms, plain->stage_cost(1, shape, {}, mode).bwd_ms);
+    for (const AttentionDensity density : {AttentionDensity{.enc = 0.5, .dec = 1}, AttentionDensity{.enc = 1, .dec = 0.25}}) {
+      const double again = mode == Recompute::None ? 0 : 1;
+      const StageCost with = fixed->stage_cost(1, shape, density, mode);
+      const StageCost without = plain->stage_cost(1, shape, density, mode);
+      EXPECT_NEAR(with.fwd_ms, without.fwd_ms + dec_layers * 0.5, 1e-9);
+      EXPECT_NEAR(with.bwd_ms, without.bwd_ms + dec_layers * (0.125 + again * 0.5), 1e-9);
+      EXPECT_NEAR(with.bwd_input_ms, without.bwd_input_ms + dec_layers * (0.125 + again * 0.5), 1e-9);
+      EXPECT_NEAR(with.bwd_weight_ms, without.bwd_weight_ms, 1e-9);
+      EXPECT_EQ(with.stored_bytes, without.stored_bytes);
+      const StageCost encoder = fixed->stage_cost(0, shape, density, mode);
+      EXPECT_NEAR(encoder.fwd_ms, plain->stage_cost(0, shape, density, mode).fwd_ms + enc_layers * 0.25, 1e-9);
+    }
+  }
+  // The field round-trips and is written only where set.
+  const std::string json = profile_to_json(p);
+  EXPECT_EQ(parse_profile(json, "p.json"), p);
+  EXPECT_THAT(json, HasSubstr("\"kind\": \"decoder\", \"parameter_bytes\": "));
+  EXPECT_THAT(json, HasSubstr("\"varlen_fixed_ms\": {\"fwd\":0.5,\"bwd\":0.125}"));
+  EXPECT_THAT(profile_to_json(analytic_profile("t5-tiny", kGrid)), Not(HasSubstr("varlen_fixed_ms")));
+  // Bad input names the path.
+  std::string head = json;
+  const auto at = head.find("\"points\"", head.find("\"kind\": \"head\""));
+  head.insert(at, "\"varlen_fixed_ms\": {\"fwd\": 1, \"bwd\": 1}, ");
+  expect_error([&] { parse_profile(head, "p.json"); }, ErrorKind::ParseError,
+               {"p.json: layers[3].varlen_fixed_ms must be absent for embedding and head"});
+  std::string negative = json;
+  negative.replace(negative.find("\"fwd\":0.5"), 9, "\"fwd\":-0.5");
+  expect_error([&] { parse_profile(negative, "p.json"); }, ErrorKind::ParseError,
+               {"p.json: layers[2].varlen_fixed_ms.fwd must be a finite number >= 0"});
 }
 
 // Packed rows on a measured H100 (assets/profiles/gpt-6.7b.h100.measured.json, one

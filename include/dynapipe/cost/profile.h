@@ -60,6 +60,13 @@ struct ProfileLayer {
   // Indexed by Recompute. Layer/Encoder/Decoder need all three modes; Embedding and Head
   // need "none" only (recomputation does not apply to them; the none table is used).
   std::vector<ProfilePoint> points[3];
+  // Fixed time of one layer run on varlen rows over the same rows run dense, per forward
+  // and per backward: what the varlen attention kernels cost beyond the attention work the
+  // density rule counts (on an H200 a T5-11B decoder layer +0.46 / +0.12 ms; RESULTS.md,
+  // "GPU: plans priced for the card they run on"). Transformer layers only; optional in
+  // the JSON ("varlen_fixed_ms": {"fwd": F, "bwd": B}), 0 when absent.
+  double varlen_fwd_ms = 0;
+  double varlen_bwd_ms = 0;
   friend bool operator==(const ProfileLayer&, const ProfileLayer&) = default;
 };
 
