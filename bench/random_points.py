@@ -3,7 +3,7 @@
 auto plan at least as fast as every named schedule?
 
 Each point draws a model (GPT-6.7B, T5-11B), a cost model (the analytic A100 40/80 GiB and
-H100 presets, the measured H100 profile), pp (2, 4, 8), dp (1, 2, 4), a max seqlen
+H100 presets, the measured H100 profile, or with --card h200 the measured H200 one), pp (2, 4, 8), dp (1, 2, 4), a max seqlen
 (512 .. 8192), a global batch (16,384 .. 262,144 tokens) and a memory limit, then runs
 `dynapipe simulate` on the bundled data:
 
@@ -31,11 +31,11 @@ BASELINES = ["padding", "packing", "packing-varlen", "token-based", "packing-meg
 NAMED_SCHEDULES = ["1f1b", "zb1p", "critical-path", "wait-free-cyclic", "interleaved"]
 
 
-def draw(rng):
+def draw(rng, card="h100"):
     model = rng.choice(["gpt-6.7b", "t5-11b"])
     cost = rng.choice(["analytic:a100-40g", "analytic:a100-80g", "analytic:h100-80g", "profile"])
     if cost == "profile":
-        cost = os.path.join(ROOT, "assets", "profiles", f"{model}.h100.measured.json")
+        cost = os.path.join(ROOT, "assets", "profiles", f"{model}.{card}.measured.json")
     point = {
         "model": model,
         "cost": cost,
@@ -77,6 +77,8 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--points", type=int, default=40)
     parser.add_argument("--strategy", default="dynapipe", help="schedules: the strategy planned")
+    parser.add_argument("--card", choices=["h100", "h200"], default="h100",
+                        help="the measured profiles a point drawn with one uses (the same draws either way)")
     args = parser.parse_args()
     binary = os.environ.get("DYNAPIPE", os.path.join(ROOT, "build", "dynapipe"))
     if not os.access(binary, os.X_OK):
@@ -88,7 +90,7 @@ def main():
     feasible = behind = 0
     label = "LOSS" if args.compare == "strategies" else "WORSE"
     for _ in range(args.points):
-        p = draw(rng)
+        p = draw(rng, args.card)
         if args.compare == "strategies":
             rows = simulate(binary, p, ",".join(["dynapipe"] + BASELINES), "auto", [])
             mine = rows.get(("dynapipe", "auto"))
