@@ -2,6 +2,7 @@
 #include "planner_impl.h"
 
 #include <algorithm>
+#include <numeric>
 #include <functional>
 
 #include "dynapipe/batching/varlen_regroup.h"
@@ -61,6 +62,17 @@ double bottleneck_overhead(const Choice& choice) {
     if (busiest > 0) overhead = std::max(overhead, sim.makespan_ms / busiest - 1);
   }
   return overhead;
+}
+
+double stage_imbalance(const Choice& choice) {
+  double imbalance = 0;
+  for (const ReplicaChoice& replica : choice.replicas) {
+    const std::vector<double>& busy = replica.best.sim.busy_ms;
+    if (busy.empty()) continue;
+    const double mean = std::accumulate(busy.begin(), busy.end(), 0.0) / static_cast<double>(busy.size());
+    if (mean > 0) imbalance = std::max(imbalance, *std::ranges::max_element(busy) / mean - 1);
+  }
+  return imbalance;
 }
 
 // 1 − Σ busy / (devices · makespan) of the slowest replica: the share of device time a

@@ -192,8 +192,11 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       regular = *other;
       starts.push_back(regular);
     }
-    if (!schedules_can_gain(ranked[regular])) return starts;
+    const bool can_gain = schedules_can_gain(ranked[regular]);
+    const bool uneven = stage_imbalance(ranked[regular]) > kInterleavedStartsImbalance;
     for (std::size_t rule = 0; rule < rules; ++rule) {
+      const bool evens_out = uneven && plans[rule].second == ScheduleKind::Interleaved;
+      if (!can_gain && !evens_out) continue;
       std::optional<std::size_t> rule_best;
       for (std::size_t k = 0; k < rule_of.size(); ++k) {
         if (rule_of[k] == rule && !lone(k) && (!rule_best || ranked[k].est_ms < ranked[*rule_best].est_ms)) {
@@ -202,7 +205,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       }
       const double window = rule == 0 ? kRuleWindow : kOtherRuleWindow;
       if (rule != rule_of[regular] && rule_best &&
-          ranked[*rule_best].est_ms <= ranked[regular].est_ms * window) {
+          (evens_out || ranked[*rule_best].est_ms <= ranked[regular].est_ms * window)) {
         starts.push_back(*rule_best);
       }
     }
