@@ -192,11 +192,8 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       regular = *other;
       starts.push_back(regular);
     }
-    const bool can_gain = schedules_can_gain(ranked[regular]);
-    const bool uneven = stage_imbalance(ranked[regular]) > kInterleavedStartsImbalance;
+    if (!schedules_can_gain(ranked[regular])) return starts;
     for (std::size_t rule = 0; rule < rules; ++rule) {
-      const bool evens_out = uneven && plans[rule].second == ScheduleKind::Interleaved;
-      if (!can_gain && !evens_out) continue;
       std::optional<std::size_t> rule_best;
       for (std::size_t k = 0; k < rule_of.size(); ++k) {
         if (rule_of[k] == rule && !lone(k) && (!rule_best || ranked[k].est_ms < ranked[*rule_best].est_ms)) {
@@ -205,7 +202,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       }
       const double window = rule == 0 ? kRuleWindow : kOtherRuleWindow;
       if (rule != rule_of[regular] && rule_best &&
-          (evens_out || ranked[*rule_best].est_ms <= ranked[regular].est_ms * window)) {
+          ranked[*rule_best].est_ms <= ranked[regular].est_ms * window) {
         starts.push_back(*rule_best);
       }
     }
@@ -234,6 +231,46 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
           improved = true;
         }
         if (improved) break;
+      }
+    }
+    // And the interleaved rule's best cut with β halved (larger micro-batches), whatever its
+    // rank, where the best plan leaves the devices' work unequal (kInterleavedStartsImbalance)
+    // and that rule cut the batch into many more micro-batches than the best plan
+    // (kInterleavedHalvingCount): interleaving evens the devices out, but that rule's DP at
+    // β = 1/chunks can cut too finely. (T5-11B pp 8 short256 plans, whose stages are as
+    // unequal, paid +25% instructions for this step without the count gate, and +9% for the
+    // whole line search and padded cut instead, for no gain: their interleaved cut holds
+    // 1.2–1.6× the best's micro-batches.)
+    const std::vector<std::size_t> starts = rule_starts();
+    auto microbatches = [&](std::size_t k) {
+      std::size_t count = 0;
+      for (const ReplicaChoice& replica : ranked[k].replicas) count += replica.microbatches.size();
+      return static_cast<double>(count);
+    };
+    std::optional<std::size_t> regular, interleaved_best;
+    for (std::size_t k = 0; k < rule_of.size(); ++k) {
+      if (ranked[k].batching.lone_samples_alone) continue;
+      if (!regular || ranked[k].est_ms < ranked[*regular].est_ms) regular = k;
+      if (plans[rule_of[k]].second == ScheduleKind::Interleaved &&
+          (!interleaved_best || ranked[k].est_ms < ranked[*interleaved_best].est_ms)) {
+        interleaved_best = k;
+      }
+    }
+    if (regular && interleaved_best && std::ranges::count(starts, *interleaved_best) == 0 &&
+        stage_imbalance(ranked[*regular]) > kInterleavedStartsImbalance &&
+        microbatches(*interleaved_best) > kInterleavedHalvingCount * microbatches(*regular)) {
+      const Choice start = ranked[*interleaved_best];
+      const std::size_t rule = rule_of[*interleaved_best];
+      BatchingOptions again = start.batching;
+      double est = start.est_ms;
+      for (int step = 0; step < 2; ++step) {
+        again.bubble_weight = std::clamp(again.bubble_weight * 0.5, 0.01, 16.0);
+        std::optional<Choice> c =
+            unless_ruled_out([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
+        if (!c || !(c->est_ms < est)) break;
+        est = c->est_ms;
+        ranked.push_back(std::move(*c));
+        rule_of.push_back(rule);
       }
     }
   }

@@ -124,15 +124,17 @@ double idle_share(const Choice& choice);
 // The busiest device's busy time ÷ the mean device's − 1, the most over replicas: how
 // unequal the layer split leaves the devices' work.
 double stage_imbalance(const Choice& choice);
-// Under auto the interleaved rule's best cut gets the steps that start from the best plan
-// (the line search, the padded cut) whatever its quick estimate and the gates above, where
-// the best plan's devices work this unequally: interleaving gives each device two chunks of
-// layers, which evens out a split the stages' layers leave unequal, and its rule's cut can
-// rank far behind until its bubble weight is line-searched (T5-11B pp 4, uniform split, on
-// the H200 profile, 80 GiB, 1024, 262,144 tokens: imbalance 0.23, the interleaved rule's
-// cut 10,275.8 ms by quick estimate, 9,105.0 with half its bubble weight, where auto
-// planned 9,189.6 against `--schedule interleaved`'s 9,064.8 for 2 iterations).
-constexpr double kInterleavedStartsImbalance = 0.15;
+// Under auto the interleaved rule's best cut is cut again with its bubble weight halved
+// whatever its quick estimate and the gates above, where the best plan's devices work this
+// unequally: interleaving gives each device two chunks of layers, which evens out a split
+// the stages' layers leave unequal, and its rule's cut can rank far behind until its bubble
+// weight is line-searched (T5-11B pp 4, uniform split, on the H200 profile, 80 GiB, 1024,
+// 262,144 tokens: imbalance 0.23, the interleaved rule's cut 10,275.8 ms by quick
+// estimate, 9,105.0 with half its bubble weight, where auto planned 9,189.6 against
+// `--schedule interleaved`'s 9,064.8 for 2 iterations; 216 micro-batches against the best
+// plan's 120), where that rule cut more than kInterleavedHalvingCount times the best plan's
+// micro-batches (a halved β cuts fewer, larger ones).
+constexpr double kInterleavedStartsImbalance = 0.15, kInterleavedHalvingCount = 1.7;
 // Whether another schedule of `choice`'s kind of cut could still gain enough to search the
 // other rules' cuts as a named schedule would (kRuleStartsIdleShare, kRuleStartsOverhead).
 bool schedules_can_gain(const Choice& choice);
