@@ -44,6 +44,7 @@ class CalibratedCostModel final : public CostModel {
   // Positive per-stage factors keep each stage's time, and so their maximum, subadditive.
   bool subadditive() const override { return base_->subadditive(); }
   bool monotone() const override { return base_->monotone(); }
+  bool varlen_costs_extra() const override { return base_->varlen_costs_extra(); }
   std::int64_t static_bytes(int stage) const override { return base_->static_bytes(stage); }
   std::int64_t weight_bytes(int stage) const override { return base_->weight_bytes(stage); }
   double p2p_ms(std::int64_t bytes) const override { return base_->p2p_ms(bytes); }

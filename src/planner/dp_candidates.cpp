@@ -306,8 +306,13 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // Ranks `cut` (the baseline's micro-batches) in its forms; the best quick estimate,
     // or nullopt if no form fits a schedule.
     auto rank_cut = [&](Strategy baseline, const BatchingResult& cut) -> std::optional<double> {
-      std::vector<std::vector<std::vector<MicroBatch>>> forms{varlen_replicas(batch, cut, m.batching)};
-      if (baseline == Strategy::PackingVarlen && cut.replicas != forms.front()) forms.push_back(cut.replicas);
+      std::vector<std::vector<std::vector<MicroBatch>>> forms;
+      if (baseline == Strategy::DynaPipePadded) {
+        forms.push_back(cut.replicas);  // its padded rows, dense
+      } else {
+        forms.push_back(varlen_replicas(batch, cut, m.batching));
+        if (baseline == Strategy::PackingVarlen && cut.replicas != forms.front()) forms.push_back(cut.replicas);
+      }
       std::optional<double> best_ms;
       auto keep = [&](std::optional<double> ms) {
         if (ms) best_ms = std::min(best_ms.value_or(*ms), *ms);
@@ -354,6 +359,17 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
                    [&](const BatchingOptions&, const BatchingResult& sized, double) -> std::optional<double> {
                      return rank_cut(baseline, sized);
                    });
+    }
+    if (m.cost->varlen_costs_extra()) {
+      // Where varlen rows cost more than the same rows dense (a profile's fixed varlen
+      // cost), dynapipe-padded's own cut, run dense as it runs it: T5-11B pp 4 dp 4 on the
+      // H200 profile, 80 GiB, 8192, 32,768 tokens, where each replica's few short
+      // micro-batches pay the decoder's fixed varlen cost, dynapipe planned 1112.0 ms
+      // against dynapipe-padded's 1100.6 (bench/random_points.py strategies --card h200,
+      // seed 8). Without such a cost the varlen form is never dearer: not ranked.
+      const std::optional<BatchingResult> cut = unless_ruled_out(
+          [&] { return make_microbatches(batch, *m.cost, as_baseline(m.batching, Strategy::DynaPipePadded)); });
+      if (cut) rank_cut(Strategy::DynaPipePadded, *cut);
     }
   }
   return ranked;

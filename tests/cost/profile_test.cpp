@@ -316,6 +316,8 @@ TEST(ProfileTest, VarlenFixedCostIsChargedToVarlenMicroBatchesOnly) {
   p.layers[2].varlen_fwd_ms = 0.5;   // decoder
   p.layers[2].varlen_bwd_ms = 0.125;
   const auto fixed = make_profiled_cost_model(p, {.num_stages = 2});
+  EXPECT_TRUE(fixed->varlen_costs_extra());
+  EXPECT_FALSE(plain->varlen_costs_extra());
   const MicroBatchShape shape{.batch = 2, .seqlen = 512, .dec_seqlen = 128};
   const int enc_layers = 2, dec_layers = 2;  // t5-tiny: stage 0 the encoder, stage 1 the decoder
   ASSERT_EQ(fixed->stages()[0].enc_end - fixed->stages()[0].enc_begin, enc_layers);

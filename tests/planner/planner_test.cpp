@@ -345,6 +345,22 @@ TEST(PlannerTest, AutoLineSearchesTheInterleavedRuleWhereTheSplitIsUneven) {
   expect_auto_no_slower_than(config, ScheduleKind::Interleaved, 1);
 }
 
+// Where a profile prices varlen rows above the same rows dense (varlen_fixed_ms), dynapipe
+// ranks dynapipe-padded's own cut run dense: T5-11B pp 4 dp 4 on the H200 profile, 80 GiB,
+// 8192, 32,768 tokens (bench/random_points.py strategies --card h200, seed 8), where each
+// replica's few micro-batches paid the decoder's fixed cost, iteration 0 planned 1565.7 ms
+// against dynapipe-padded's 1551.6.
+TEST(PlannerTest, DynapipeRanksThePaddedCutDenseWhereVarlenRowsCostExtra) {
+  PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h200.measured.json", 4, 8192, 8192, 80);
+  config.dp = 4;
+  config.global_batch_tokens = 32768;
+  PlanConfig padded = config;
+  padded.strategy = Strategy::DynaPipePadded;
+  const GlobalBatch batch = batches_of(config, 1).front();
+  EXPECT_LE(Planner(config, options_with(false, {})).plan_iteration(batch).est_iteration_ms,
+            Planner(padded, options_with(false, {})).plan_iteration(batch).est_iteration_ms * (1 + 1e-9));
+}
+
 // A rule's cut that ran only in a heavier recompute mode than it was cut for gets a head and
 // a tail too, where its own mode can then fit: T5-11B pp 4 on the A100 80 GiB preset, max
 // seqlen 512, 262,144 tokens, where the interleaved rule was not its order's best under auto

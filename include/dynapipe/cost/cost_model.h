@@ -130,6 +130,11 @@ class CostModel {
   // segment up to ~18% faster than one sample shorter (A100 tables, T5-11B). Memory is
   // assumed non-decreasing either way.
   virtual bool monotone() const { return false; }
+  // Whether rows run through the varlen kernels can cost more than the same rows dense (a
+  // profile's varlen_fixed_ms): a micro-batch of padded rows run dense can then beat its
+  // varlen form. False (the default) where the density rule alone prices varlen rows, which
+  // then never cost more than dense ones.
+  virtual bool varlen_costs_extra() const { return false; }
   // Parameters + gradients + optimizer states held by `stage` for the whole run.
   virtual std::int64_t static_bytes(int stage) const = 0;
   // One copy of the stage's parameters at the device's element size: what a gradient
