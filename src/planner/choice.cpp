@@ -2,8 +2,8 @@
 #include "planner_impl.h"
 
 #include <algorithm>
-#include <numeric>
 #include <functional>
+#include <numeric>
 
 #include "dynapipe/batching/varlen_regroup.h"
 

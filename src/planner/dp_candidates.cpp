@@ -209,29 +209,33 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     return starts;
   };
   if (m.options.schedule_aware_dp && m.config.pp > 1) {
+    // Up to two steps from ranked[k], β times `factor` each, while the simulation
+    // improves; whether one did.
+    auto walk_bubble_weight = [&](std::size_t k, double factor) {
+      const Choice start = ranked[k];
+      const std::size_t rule = rule_of[k];
+      BatchingOptions again = start.batching;
+      double est = start.est_ms;
+      bool improved = false;
+      for (int step = 0; step < 2; ++step) {
+        again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
+        std::optional<Choice> c =
+            unless_ruled_out([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
+        if (!c || !(c->est_ms < est)) break;
+        est = c->est_ms;
+        ranked.push_back(std::move(*c));
+        rule_of.push_back(rule);
+        improved = true;
+      }
+      return improved;
+    };
     // DP ↔ simulation: a line search on the bubble weight of the best plan's memory rule.
     // (p − 1)·max t only approximates what a schedule loses to fill, drain and unequal
     // micro-batches, so the DP runs again with β doubled (smaller micro-batches) and, if
     // that did not help, halved; each step continues while the simulation improves.
-    for (std::size_t k : rule_starts()) {
-      const Choice start = ranked[k];
-      const std::size_t rule = rule_of[k];
-      for (double factor : {2.0, 0.5}) {
-        bool improved = false;
-        BatchingOptions again = start.batching;
-        double est = start.est_ms;
-        for (int step = 0; step < 2; ++step) {
-          again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
-          std::optional<Choice> c =
-              unless_ruled_out([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
-          if (!c || !(c->est_ms < est)) break;
-          est = c->est_ms;
-          ranked.push_back(std::move(*c));
-          rule_of.push_back(rule);
-          improved = true;
-        }
-        if (improved) break;
-      }
+    const std::vector<std::size_t> starts = rule_starts();
+    for (std::size_t k : starts) {
+      if (!walk_bubble_weight(k, 2.0)) walk_bubble_weight(k, 0.5);
     }
     // And the interleaved rule's best cut with β halved (larger micro-batches), whatever its
     // rank, where the best plan leaves the devices' work unequal (kInterleavedStartsImbalance)
@@ -241,7 +245,6 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // unequal, paid +25% instructions for this step without the count gate, and +9% for the
     // whole line search and padded cut instead, for no gain: their interleaved cut holds
     // 1.2–1.6× the best's micro-batches.)
-    const std::vector<std::size_t> starts = rule_starts();
     auto microbatches = [&](std::size_t k) {
       std::size_t count = 0;
       for (const ReplicaChoice& replica : ranked[k].replicas) count += replica.microbatches.size();
@@ -259,19 +262,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     if (regular && interleaved_best && std::ranges::count(starts, *interleaved_best) == 0 &&
         stage_imbalance(ranked[*regular]) > kInterleavedStartsImbalance &&
         microbatches(*interleaved_best) > kInterleavedHalvingCount * microbatches(*regular)) {
-      const Choice start = ranked[*interleaved_best];
-      const std::size_t rule = rule_of[*interleaved_best];
-      BatchingOptions again = start.batching;
-      double est = start.est_ms;
-      for (int step = 0; step < 2; ++step) {
-        again.bubble_weight = std::clamp(again.bubble_weight * 0.5, 0.01, 16.0);
-        std::optional<Choice> c =
-            unless_ruled_out([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
-        if (!c || !(c->est_ms < est)) break;
-        est = c->est_ms;
-        ranked.push_back(std::move(*c));
-        rule_of.push_back(rule);
-      }
+      walk_bubble_weight(*interleaved_best, 0.5);
     }
   }
   if (varlen && m.options.padded_cut) {
