@@ -196,6 +196,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
   // when they rank among the three best (the baselines' cuts not counted), so adding them
   // never pushes a plan out of the full search (the lone-sample cut did, before: T5-11B pp 8
   // on the H100 preset, 40 GiB, 4096, 16,384 tokens, 670.2 → 680.6 ms).
+  auto on_top = [](const Choice& c) { return c.batching.varlen_padded_cut || c.batching.lone_samples_alone; };
   std::size_t others_searched = 0, rank = 0;
   std::set<const Choice*> merged;  // copies whose search an earlier copy ran with auto
   double others_best_ms = std::numeric_limits<double>::infinity();
@@ -204,7 +205,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     // Each full search needs only to beat what its result is compared with: the padded
     // cut the choice so far, the others the best of the others (it sets the baseline
     // cuts' window below), so builds stop there.
-    if (ranked_choice.batching.varlen_padded_cut || ranked_choice.batching.lone_samples_alone) {
+    if (on_top(ranked_choice)) {
       if (rank++ < kFullSearches) {
         search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
                        choice ? choice->est_ms : std::numeric_limits<double>::infinity());
@@ -225,8 +226,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     if (ranked_choice.schedule != ScheduleKind::Auto) {
       for (const Choice& later : ranked) {
         if (&later == &ranked_choice || later.baseline_cut || later.schedule != ScheduleKind::Auto ||
-            later.batching.varlen_padded_cut || later.batching.lone_samples_alone ||
-            !same_cut(later, ranked_choice) || merged.contains(&later)) {
+            on_top(later) || !same_cut(later, ranked_choice) || merged.contains(&later)) {
           continue;
         }
         promoted = ScheduleKind::Auto;

@@ -174,6 +174,16 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
   // 262,144 tokens: the 1F1B rule's best, 3193.1 ms by quick estimate, line-searched to
   // 3135.2 and its padded cut planned 3051.6 in full with critical-path, while every step
   // from the zb1p rule's best stopped at auto's 3077.7).
+  // The fastest cut by quick estimate that is not a lone-sample one (of `rule`, if given),
+  // among the DP cuts ranked so far.
+  auto best_regular = [&](std::optional<std::size_t> rule = std::nullopt) {
+    std::optional<std::size_t> found;
+    for (std::size_t k = 0; k < rule_of.size(); ++k) {
+      if (ranked[k].batching.lone_samples_alone || (rule && rule_of[k] != *rule)) continue;
+      if (!found || ranked[k].est_ms < ranked[*found].est_ms) found = k;
+    }
+    return found;
+  };
   auto rule_starts = [&] {
     const std::size_t overall = static_cast<std::size_t>(best() - ranked.begin());
     std::vector<std::size_t> starts{overall};
@@ -181,28 +191,15 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // cut as they would without it (T5-11B pp 8 on the H100 preset, 40 GiB, 4096, 16,384
     // tokens: the lone-sample cut ranked first and took the 1F1B rule's line search, whose
     // cut had planned 823.6 ms for iteration 1; 854.5 without it).
-    auto lone = [&](std::size_t k) { return ranked[k].batching.lone_samples_alone; };
-    std::size_t regular = overall;
-    if (lone(overall)) {
-      std::optional<std::size_t> other;
-      for (std::size_t k = 0; k < rule_of.size(); ++k) {
-        if (!lone(k) && (!other || ranked[k].est_ms < ranked[*other].est_ms)) other = k;
-      }
-      if (!other) return starts;
-      regular = *other;
-      starts.push_back(regular);
-    }
-    if (!schedules_can_gain(ranked[regular])) return starts;
+    const std::optional<std::size_t> regular = best_regular();
+    if (!regular) return starts;
+    if (*regular != overall) starts.push_back(*regular);
+    if (!schedules_can_gain(ranked[*regular])) return starts;
     for (std::size_t rule = 0; rule < rules; ++rule) {
-      std::optional<std::size_t> rule_best;
-      for (std::size_t k = 0; k < rule_of.size(); ++k) {
-        if (rule_of[k] == rule && !lone(k) && (!rule_best || ranked[k].est_ms < ranked[*rule_best].est_ms)) {
-          rule_best = k;
-        }
-      }
+      const std::optional<std::size_t> rule_best = best_regular(rule);
       const double window = rule == 0 ? kRuleWindow : kOtherRuleWindow;
-      if (rule != rule_of[regular] && rule_best &&
-          ranked[*rule_best].est_ms <= ranked[regular].est_ms * window) {
+      if (rule != rule_of[*regular] && rule_best &&
+          ranked[*rule_best].est_ms <= ranked[*regular].est_ms * window) {
         starts.push_back(*rule_best);
       }
     }
@@ -250,14 +247,10 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       for (const ReplicaChoice& replica : ranked[k].replicas) count += replica.microbatches.size();
       return static_cast<double>(count);
     };
-    std::optional<std::size_t> regular, interleaved_best;
-    for (std::size_t k = 0; k < rule_of.size(); ++k) {
-      if (ranked[k].batching.lone_samples_alone) continue;
-      if (!regular || ranked[k].est_ms < ranked[*regular].est_ms) regular = k;
-      if (plans[rule_of[k]].second == ScheduleKind::Interleaved &&
-          (!interleaved_best || ranked[k].est_ms < ranked[*interleaved_best].est_ms)) {
-        interleaved_best = k;
-      }
+    const std::optional<std::size_t> regular = best_regular();
+    std::optional<std::size_t> interleaved_best;
+    for (std::size_t rule = 0; rule < rules; ++rule) {
+      if (plans[rule].second == ScheduleKind::Interleaved) interleaved_best = best_regular(rule);
     }
     if (regular && interleaved_best && std::ranges::count(starts, *interleaved_best) == 0 &&
         stage_imbalance(ranked[*regular]) > kInterleavedStartsImbalance &&
