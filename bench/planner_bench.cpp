@@ -9,7 +9,10 @@
 // measured A100 tables, where the DP has no pruning bounds (CostModel::monotone(),
 // subadditive()) and runs exact on them].
 // <part>: plan = everything; plan_noverify = PlannerOptions::verify off; batching =
-// make_microbatches() alone with the planner's options (the DP's share).
+// make_microbatches() alone with the planner's options (the DP's share); plan_ahead = the
+// kBatches batches planned at once on one thread per hardware thread (plan_many(), as
+// `dynapipe train --plan-ahead` and `--planner-threads` plan), counter per_batch_ms the wall
+// time per batch: what a run planning ahead of training spends per iteration.
 // Each benchmark iteration plans the next of the dataset's first kBatches global batches,
 // so the time is a mean over real batches, not one lucky batch.
 // Counter x_ref = 1.6 s / (wall time per iteration): the speed-up over the reference
@@ -18,16 +21,19 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dynapipe/batching/batching.h"
+#include "dynapipe/core/parallel.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/model_spec.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/global_batch.h"
+#include "dynapipe/planner/plan_many.h"
 #include "dynapipe/planner/planner.h"
 
 namespace dynapipe {
@@ -36,7 +42,7 @@ namespace {
 constexpr double kReferenceSeconds = 1.6;
 constexpr std::int64_t kBatches = 8;
 
-enum class Part { Plan, PlanNoVerify, Batching };
+enum class Part { Plan, PlanNoVerify, Batching, PlanAhead };
 
 struct Setting {
   std::string model;
@@ -94,6 +100,25 @@ void run(benchmark::State& state, const Setting& setting, Part part) {
   double microbatches = 0, samples = 0, est_ms = 0;
   // Own wall clock for x_ref: a rate counter would print it as "840/s".
   const auto start = std::chrono::steady_clock::now();
+  if (part == Part::PlanAhead) {
+    const PlanRequest request{&planner, batches};
+    for (auto _ : state) {
+      std::vector<PlannedIterations> planned = plan_many({&request, 1}, /*threads=*/0);
+      if (planned.front().error) std::rethrow_exception(planned.front().error);
+      for (const IterationPlan& it : planned.front().iterations) {
+        microbatches += it.replicas.front().microbatches.size();
+        est_ms += it.est_iteration_ms;
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double plans = static_cast<double>(state.iterations() * batches.size());
+    state.counters["per_batch_ms"] = seconds * 1e3 / plans;
+    state.counters["threads"] = resolve_thread_count(0);
+    state.counters["microbatches"] = microbatches / plans;
+    state.counters["est_ms"] = est_ms / plans;
+    return;
+  }
   for (auto _ : state) {
     const GlobalBatch& batch = batches[next];
     next = (next + 1) % batches.size();
@@ -119,7 +144,7 @@ void run(benchmark::State& state, const Setting& setting, Part part) {
 }
 
 void add(const Setting& s, Part part) {
-  static const char* const kParts[] = {"plan", "plan_noverify", "batching"};
+  static const char* const kParts[] = {"plan", "plan_noverify", "batching", "plan_ahead"};
   const std::string name = std::string(kParts[static_cast<int>(part)]) + "/" + s.model + "/pp" +
                            std::to_string(s.pp) + "/seq" + std::to_string(s.max_seqlen) + "/tok" +
                            std::to_string(s.tokens) + "/" +
@@ -146,7 +171,7 @@ void register_all() {
   for (const Setting& base : {gpt, t5}) {
     Setting s = base;
     s.short_only = 256;
-    for (Part part : {Part::Plan, Part::Batching}) add(s, part);
+    for (Part part : {Part::Plan, Part::Batching, Part::PlanAhead}) add(s, part);
   }
   // The authors' measured A100 tables (the paper regime's layout for GPT-6.7B at 2048).
   add({"gpt-6.7b", 4, 2048, 65536, 35.16, "a100-measured", 0, 2}, Part::Plan);
