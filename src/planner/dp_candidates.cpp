@@ -209,15 +209,16 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // Up to two steps from ranked[k], β times `factor` each, while the simulation
     // improves; whether one did.
     auto walk_bubble_weight = [&](std::size_t k, double factor) {
-      const Choice start = ranked[k];
+      // What the steps need of ranked[k], copied: the pushes below can move it.
+      const ScheduleKind schedule = ranked[k].schedule;
       const std::size_t rule = rule_of[k];
-      BatchingOptions again = start.batching;
-      double est = start.est_ms;
+      BatchingOptions again = ranked[k].batching;
+      double est = ranked[k].est_ms;
       bool improved = false;
       for (int step = 0; step < 2; ++step) {
         again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
         std::optional<Choice> c =
-            unless_ruled_out([&] { return m.search(batch, again, start.schedule, true, &cache, &ranked); });
+            unless_ruled_out([&] { return m.search(batch, again, schedule, true, &cache, &ranked); });
         if (!c || !(c->est_ms < est)) break;
         est = c->est_ms;
         ranked.push_back(std::move(*c));
