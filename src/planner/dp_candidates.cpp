@@ -264,16 +264,16 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // micro-batches than the varlen DP makes, each no slower than dynapipe-padded's own
     // (docs/batching.md "Padded cuts").
     for (std::size_t k : rule_starts()) {
-      const Choice start = ranked[k];
-      BatchingOptions padded_cut = start.batching;
+      const ScheduleKind schedule = ranked[k].schedule;  // copied: the push below can move it
+      BatchingOptions padded_cut = ranked[k].batching;
       padded_cut.varlen_order = VarlenOrder::Sorted;
       padded_cut.varlen_row_capacity = false;
       padded_cut.varlen_padded_cut = true;
       // And its recompute mode: the padded DP cannot be pruned by the varlen incumbent, so
       // each extra mode is a full DP (T5-11B pp 8 short256: ~8% of the plan).
-      if (!padded_cut.recompute) padded_cut.recompute = start.dp_recompute;
+      if (!padded_cut.recompute) padded_cut.recompute = ranked[k].dp_recompute;
       std::optional<Choice> c =
-          unless_ruled_out([&] { return m.search(batch, padded_cut, start.schedule, true, &cache, &ranked); });
+          unless_ruled_out([&] { return m.search(batch, padded_cut, schedule, true, &cache, &ranked); });
       if (c) ranked.push_back(std::move(*c));
     }
   }
