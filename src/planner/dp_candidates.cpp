@@ -239,7 +239,9 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // rank, where the best plan leaves the devices' work unequal (kInterleavedStartsImbalance)
     // and that rule cut the batch into many more micro-batches than the best plan
     // (kInterleavedHalvingCount): interleaving evens the devices out, but that rule's DP at
-    // β = 1/chunks can cut too finely. (T5-11B pp 8 short256 plans, whose stages are as
+    // β = 1/chunks can cut too finely. Or where the best plan's makespan runs far past its
+    // busiest device's work (kInterleavedStartsOverhead): interleaving shortens fill and
+    // drain, which then lets larger, cheaper micro-batches win. (T5-11B pp 8 short256 plans, whose stages are as
     // unequal, paid +25% instructions for this step without the count gate, and +9% for the
     // whole line search and padded cut instead, for no gain: their interleaved cut holds
     // 1.2–1.6× the best's micro-batches.)
@@ -254,8 +256,9 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       if (plans[rule].second == ScheduleKind::Interleaved) interleaved_best = best_regular(rule);
     }
     if (regular && interleaved_best && std::ranges::count(starts, *interleaved_best) == 0 &&
-        stage_imbalance(ranked[*regular]) > kInterleavedStartsImbalance &&
-        microbatches(*interleaved_best) > kInterleavedHalvingCount * microbatches(*regular)) {
+        ((stage_imbalance(ranked[*regular]) > kInterleavedStartsImbalance &&
+          microbatches(*interleaved_best) > kInterleavedHalvingCount * microbatches(*regular)) ||
+         bottleneck_overhead(ranked[*regular]) > kInterleavedStartsOverhead)) {
       walk_bubble_weight(*interleaved_best, 0.5);
     }
   }

@@ -135,6 +135,16 @@ double stage_imbalance(const Choice& choice);
 // plan's 120), where that rule cut more than kInterleavedHalvingCount times the best plan's
 // micro-batches (a halved β cuts fewer, larger ones).
 constexpr double kInterleavedStartsImbalance = 0.15, kInterleavedHalvingCount = 1.7;
+// The same step where the best plan's makespan exceeds its busiest device's work by more
+// than this (bottleneck_overhead): fill and drain dominate, which interleaving halves, and
+// its rule's DP at β = 1/chunks still prices them as 1F1B's and cuts small micro-batches
+// (T5-11B pp 8, uniform split, H100 preset, 40 GiB, max seqlen 512, 262,144 tokens; bench/
+// random_points.py schedules seed 40: overhead 0.36, the interleaved rule's best 4% behind
+// by quick estimate at 33 micro-batches; halving β twice gives 16 larger ones, whose
+// fixed costs weigh less in full recompute: auto planned iteration 0 in 4,881.5 ms against
+// `--schedule interleaved`'s 4,707.8). At 0.2 it changed no plan of bench/issue8_points.sh
+// nor of `random_points.py strategies` seeds 51–80, and no planner_bench plan's instructions.
+constexpr double kInterleavedStartsOverhead = 0.2;
 // Whether another schedule of `choice`'s kind of cut could still gain enough to search the
 // other rules' cuts as a named schedule would (kRuleStartsIdleShare, kRuleStartsOverhead).
 bool schedules_can_gain(const Choice& choice);
