@@ -209,8 +209,32 @@ Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice
 // the batching's own deal, that balance alone was slower in simulation at GPT-6.7B pp 4
 // dp 2 2048 (+0.2%), so it only adds a candidate. nullopt: the same deal, or none faster
 // than beat_ms.
+// The deal's β is the cut's own and, where the quick search ran the cut with another
+// schedule than the one its rule plans for, that schedule's rule's: under auto the 1F1B
+// rule (β = 1) cuts what zb1p runs, whose bubble weighs about half (T5-11B pp 8 dp 2 on the
+// measured H100 profile, 80 GiB, 2048, 16,384 tokens, uniform split; bench/random_points.py
+// schedules seed 44: dealt 5 and 5 micro-batches for β = 1, auto planned iteration 0 in
+// 334.2 ms against `--schedule zb1p`'s 328.7, which the zb1p rule's β dealt 4 and 6).
 std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choice& from,
                                             ScheduleKind schedule, double beat_ms) const {
+  std::vector<double> weights{from.batching.bubble_weight};
+  const ScheduleKind ran = from.replicas.front().best.schedule;
+  for (const DpTarget& target : more_targets) {
+    if (target.schedule == ran && target.bubble_weight != weights.front()) weights.push_back(target.bubble_weight);
+  }
+  std::vector<std::vector<std::vector<int>>> dealt_before;
+  std::optional<Choice> best;
+  for (const double weight : weights) {
+    std::optional<Choice> other =
+        redeal_by(batch, from, schedule, best ? best->est_ms : beat_ms, weight, &dealt_before);
+    if (other) best = std::move(other);
+  }
+  return best;
+}
+
+std::optional<Choice> Planner::Impl::redeal_by(const GlobalBatch& batch, const Choice& from,
+                                               ScheduleKind schedule, double beat_ms, double bubble_weight,
+                                               std::vector<std::vector<std::vector<int>>>* dealt_before) const {
   std::vector<MicroBatch> all;
   std::vector<int> before;
   for (std::size_t r = 0; r < from.replicas.size(); ++r) {
@@ -223,7 +247,7 @@ std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choi
   std::vector<double> times;
   for (const MicroBatch& mb : all) times.push_back(microbatch_time_ms(*cost, mb, mode));
   const std::vector<int> owner =
-      balance_pipeline_replicas(times, config.dp, from.batching.bubble_weight * (config.pp - 1));
+      balance_pipeline_replicas(times, config.dp, bubble_weight * (config.pp - 1));
   // Each replica's micro-batches (indices into `all`, in order) under a deal.
   auto groups = [&](const std::vector<int>& of) {
     std::vector<std::vector<int>> g(static_cast<std::size_t>(config.dp));
@@ -234,8 +258,12 @@ std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choi
   };
   const std::vector<std::vector<int>> dealt = groups(owner), had = groups(before);
   if (std::ranges::any_of(dealt, [](const auto& g) { return g.empty(); })) return std::nullopt;
-  // The same deal up to the replicas' numbering: nothing new to search.
+  // The same deal up to the replicas' numbering, or one searched before: nothing new.
   if (std::ranges::is_permutation(dealt, had)) return std::nullopt;
+  for (const auto& earlier : *dealt_before) {
+    if (std::ranges::is_permutation(dealt, earlier)) return std::nullopt;
+  }
+  dealt_before->push_back(dealt);
   // Each replica in every mode up to the heaviest the cut ran (unless --recompute fixed
   // one), its fastest kept: a replica dealt fewer or smaller micro-batches may store every
   // activation (T5-11B pp 8 dp 2, A100 80 GiB, 4096, 32,768 tokens: a lone 4096-token

@@ -333,6 +333,19 @@ TEST(PlannerTest, AutoLooksAtEachRowsBestAndSearchesCopiesOfACutOnce) {
   }
 }
 
+// With dp > 1 a cut searched in full is dealt again for the bubble weight of the schedule it
+// ran, not only of the rule that cut it: under auto the 1F1B rule (β = 1) cut what zb1p ran
+// best, and its deal of 5 and 5 micro-batches planned iteration 0 in 334.2 ms where
+// `--schedule zb1p` dealt 4 and 6 for its own β and planned 328.7 (T5-11B pp 8 dp 2 on the
+// measured H100 profile, 80 GiB, 2048, 16,384 tokens; bench/random_points.py schedules
+// seed 44).
+TEST(PlannerTest, AutoDealsACutAgainForTheScheduleItRan) {
+  PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h100.measured.json", 8, 2048, 512, 80);
+  config.dp = 2;
+  config.global_batch_tokens = 16384;
+  expect_auto_no_slower_than(config, ScheduleKind::Zb1p, 1);
+}
+
 // Where the layer split leaves the devices' work unequal, the interleaved rule's best cut
 // gets the line search on its bubble weight whatever its quick estimate: interleaving evens
 // the devices out, and its rule's cut ranked 11% behind until its bubble weight was halved
@@ -369,6 +382,20 @@ TEST(PlannerTest, DynapipeRanksThePaddedCutDenseWhereVarlenRowsCostExtra) {
   padded.strategy = Strategy::DynaPipePadded;
   expect_no_slower(Planner(config, options_with(false, {})), Planner(padded, options_with(false, {})),
                    batches_of(config, 1));
+}
+
+// And that cut with its bubble weight walked, as dynapipe-padded's own plan walks it: T5-11B
+// pp 8 on the H200 profile, 80 GiB, 1024, 16,384 tokens (random_points.py strategies --card
+// h200, seed 20), where dynapipe-padded's β = 2 cut planned iteration 1 in 351.4 ms and
+// dynapipe, ranking only the β = 1 cut, 359.9.
+TEST(PlannerTest, DynapipeWalksThePaddedCutsBubbleWeightWhereVarlenRowsCostExtra) {
+  PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h200.measured.json", 8, 1024, 512, 80);
+  config.global_batch_tokens = 16384;
+  config.stage_layers = assign_layers(config.model, {4, 4, 5, 5, 5, 8, 8, 9});  // balanced's split
+  PlanConfig padded = config;
+  padded.strategy = Strategy::DynaPipePadded;
+  expect_no_slower(Planner(config, options_with(false, {})), Planner(padded, options_with(false, {})),
+                   batches_of(config, 2));
 }
 
 // A rule's cut that ran only in a heavier recompute mode than it was cut for gets a head and
