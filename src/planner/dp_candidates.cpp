@@ -239,12 +239,12 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     // rank, where the best plan leaves the devices' work unequal (kInterleavedStartsImbalance)
     // and that rule cut the batch into many more micro-batches than the best plan
     // (kInterleavedHalvingCount): interleaving evens the devices out, but that rule's DP at
-    // β = 1/chunks can cut too finely. Or where the best plan's makespan runs far past its
-    // busiest device's work (kInterleavedStartsOverhead): interleaving shortens fill and
-    // drain, which then lets larger, cheaper micro-batches win. (T5-11B pp 8 short256 plans, whose stages are as
+    // β = 1/chunks can cut too finely. (T5-11B pp 8 short256 plans, whose stages are as
     // unequal, paid +25% instructions for this step without the count gate, and +9% for the
     // whole line search and padded cut instead, for no gain: their interleaved cut holds
-    // 1.2–1.6× the best's micro-batches.)
+    // 1.2–1.6× the best's micro-batches.) Or where the best plan's makespan runs far past
+    // its busiest device's work (kInterleavedStartsOverhead): interleaving shortens fill and
+    // drain, which then lets larger, cheaper micro-batches win.
     auto microbatches = [&](std::size_t k) {
       std::size_t count = 0;
       for (const ReplicaChoice& replica : ranked[k].replicas) count += replica.microbatches.size();
@@ -363,8 +363,8 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       };
       std::optional<double> best_ms = rank_padded();
       const double best_ranked_ms = best()->est_ms;
-      if (best_ms && *best_ms <= best_ranked_ms * kOtherRuleWindow && m.options.schedule_aware_dp &&
-          m.config.pp > 1) {
+      if (best_ms && *best_ms <= best_ranked_ms * kOtherRuleWindow &&
+          m.options.schedule_aware_dp && m.config.pp > 1) {
         // And, where it ranks near the best, with its bubble weight walked as
         // dynapipe-padded's own plan walks it (β doubled, else halved, up to twice while the
         // estimate improves): T5-11B pp 8 on the H200 profile, 80 GiB, 1024, 16,384 tokens,

@@ -217,8 +217,8 @@ struct Planner::Impl {
   std::optional<Choice> redeal(const GlobalBatch& batch, const Choice& from, ScheduleKind schedule,
                                double beat_ms) const;
   // redeal() with one bubble weight; skips deals in `dealt_before` and adds its own.
-  std::optional<Choice> redeal_by(const GlobalBatch& batch, const Choice& from, ScheduleKind schedule,
-                                  double beat_ms, double bubble_weight,
+  std::optional<Choice> redeal_by(const GlobalBatch& batch, const Choice& from,
+                                  ScheduleKind schedule, double beat_ms, double bubble_weight,
                                   std::vector<std::vector<std::vector<int>>>* dealt_before) const;
   template <typename Score>
   void walk_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,

@@ -220,7 +220,9 @@ std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choi
   std::vector<double> weights{from.batching.bubble_weight};
   const ScheduleKind ran = from.replicas.front().best.schedule;
   for (const DpTarget& target : more_targets) {
-    if (target.schedule == ran && target.bubble_weight != weights.front()) weights.push_back(target.bubble_weight);
+    if (target.schedule == ran && target.bubble_weight != weights.front()) {
+      weights.push_back(target.bubble_weight);
+    }
   }
   std::vector<std::vector<std::vector<int>>> dealt_before;
   std::optional<Choice> best;
@@ -232,9 +234,9 @@ std::optional<Choice> Planner::Impl::redeal(const GlobalBatch& batch, const Choi
   return best;
 }
 
-std::optional<Choice> Planner::Impl::redeal_by(const GlobalBatch& batch, const Choice& from,
-                                               ScheduleKind schedule, double beat_ms, double bubble_weight,
-                                               std::vector<std::vector<std::vector<int>>>* dealt_before) const {
+std::optional<Choice> Planner::Impl::redeal_by(
+    const GlobalBatch& batch, const Choice& from, ScheduleKind schedule, double beat_ms,
+    double bubble_weight, std::vector<std::vector<std::vector<int>>>* dealt_before) const {
   std::vector<MicroBatch> all;
   std::vector<int> before;
   for (std::size_t r = 0; r < from.replicas.size(); ++r) {
