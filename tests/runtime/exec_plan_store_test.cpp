@@ -13,6 +13,7 @@
 
 #include "dynapipe/core/error.h"
 #include "runtime/exec/c10d_key_value.h"
+#include "runtime/exec/plan_ahead.h"
 #include "runtime/exec/plan_codec.h"
 
 namespace dynapipe::runtime {
@@ -108,6 +109,31 @@ void round_trip(PlanStore& store) {
 TEST(PlanStoreTest, InMemoryRoundTrip) {
   auto store = open_plan_store({.url = "memory", .run_id = "t1"});
   round_trip(*store);
+}
+
+// Iteration 1 fails at once while iteration 0 is still being planned: the failure must not
+// reach the store before plan 0 does, or a rank finding it in step 0 would quit while its
+// peers train step 0 and wait for it until the communication timeout (seen in CI).
+TEST(PlanAheadTest, FailureIsPublishedAfterEveryEarlierPlan) {
+  PlanStore store(make_in_memory_key_value(), "t3");
+  PlanAhead ahead(store, [](std::int64_t i) -> std::string {
+    if (i == 1) throw Error(ErrorKind::Infeasible, "iteration 1: no plan fits");
+    std::this_thread::sleep_for(300ms);
+    return "plan 0";
+  }, /*first=*/0, /*end=*/4, /*ahead=*/2, /*threads=*/2);
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!store.failure() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(store.failure().has_value());
+  EXPECT_TRUE(store.contains(0));
+  EXPECT_NE(store.failure()->find("planning iteration 1 failed"), std::string::npos);
+  EXPECT_NO_THROW(ahead.check(0));
+  try {
+    ahead.check(1);
+    FAIL() << "check(1) passed after iteration 1 failed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Infeasible);
+  }
 }
 
 TEST(PlanStoreTest, TcpStoreRoundTripBetweenServerAndClient) {

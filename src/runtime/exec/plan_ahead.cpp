@@ -29,14 +29,9 @@ void PlanAhead::advance(std::int64_t consumer_step) {
   changed_.notify_all();
 }
 
-void PlanAhead::check() {
+void PlanAhead::check(std::int64_t step) {
   std::lock_guard lock(mutex_);
-  if (error_) std::rethrow_exception(error_);
-}
-
-bool PlanAhead::failed() {
-  std::lock_guard lock(mutex_);
-  return error_ != nullptr;
+  if (error_ && error_iteration_ <= step) std::rethrow_exception(error_);
 }
 
 void PlanAhead::work() {
@@ -49,15 +44,27 @@ void PlanAhead::work() {
       });
       if (stopping_ || error_ || next_ >= end_) return;
       iteration = next_++;
+      planning_.insert(iteration);
     }
     try {
       store_.put(iteration, produce_(iteration));
     } catch (const std::exception& e) {
+      bool earliest;
       {
-        std::lock_guard lock(mutex_);
-        if (!error_) error_ = std::current_exception();
+        std::unique_lock lock(mutex_);
+        if (!error_ || iteration < error_iteration_) {
+          error_ = std::current_exception();
+          error_iteration_ = iteration;
+        }
+        changed_.notify_all();
+        // Earlier iterations still being planned are put first: a rank that found the
+        // failure instead of such a plan would leave its peers waiting in that step.
+        changed_.wait(lock, [&] { return *planning_.begin() == iteration; });
+        planning_.erase(iteration);
+        earliest = error_iteration_ == iteration;
       }
       changed_.notify_all();
+      if (!earliest) return;  // an earlier iteration failed too and reports itself
       try {
         store_.report_failure(cat("rank 0: planning iteration ", iteration, " failed: ", e.what()));
       } catch (...) {
@@ -65,6 +72,11 @@ void PlanAhead::work() {
       }
       return;
     }
+    {
+      std::lock_guard lock(mutex_);
+      planning_.erase(iteration);
+    }
+    changed_.notify_all();
   }
 }
 

@@ -302,11 +302,11 @@ TrainSummary train_rank(const TrainOptions& options, const RankContext& c, const
       std::string bytes;
       if (planners) {
         planners->advance(step);
-        planners->check();
+        planners->check(step);
         try {
           bytes = c.store->get(step, c.rank, store_timeout);
         } catch (const Error&) {
-          planners->check();  // a planning error is the better message (and exit code)
+          planners->check(step);  // a planning error is the better message (and exit code)
           throw;
         }
       } else {
