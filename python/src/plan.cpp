@@ -19,6 +19,7 @@ struct PyMicroBatch {
   MicroBatchEstimate est;
   int replica = 0;
   ModelKind kind = ModelKind::Gpt;
+  Recompute recompute = Recompute::None;  // the mode it runs in (its own or its replica's)
 };
 
 // The plan formats spell shapes per model kind, and the binary form does not store it:
@@ -43,7 +44,7 @@ std::vector<PyMicroBatch> replica_microbatches(const ReplicaPlan& r, int replica
   std::vector<PyMicroBatch> out;
   for (std::size_t i = 0; i < r.microbatches.size(); ++i) {
     out.push_back({r.microbatches[i], i < r.estimates.size() ? r.estimates[i] : MicroBatchEstimate{},
-                   replica, kind});
+                   replica, kind, recompute_of(r.microbatches[i], r.recompute)});
   }
   return out;
 }
@@ -103,6 +104,8 @@ void bind_plan(py::module_& m) {
                              "(batch, seqlen) for GPT; (batch, enc_seqlen, dec_seqlen) for T5.")
       .def_property_readonly("real_tokens", [](const PyMicroBatch& b) { return b.mb.real_tokens; })
       .def_property_readonly("target_tokens", [](const PyMicroBatch& b) { return b.mb.target_tokens; })
+      .def_property_readonly("recompute", [](const PyMicroBatch& b) { return std::string(recompute_name(b.recompute)); },
+                             "The activation recompute it runs in: its own, else its replica's mode.")
       .def_property_readonly("est_fwd_ms", [](const PyMicroBatch& b) { return b.est.fwd_ms; },
                              "Estimated forward time per stage, ms.")
       .def_property_readonly("est_bwd_ms", [](const PyMicroBatch& b) { return b.est.bwd_ms; },

@@ -214,8 +214,9 @@ def test_cost_model_queries():
     assert full["stored_bytes"] < big["stored_bytes"] and full["bwd_ms"] > big["bwd_ms"]
     # the plan's estimates are the cost model's for the micro-batch shapes (stage 1 of 4)
     plan = planner.plan(INPUTS, TARGETS)
-    if plan.recompute == "none":
-        for mb in plan.microbatches:
+    for mb in plan.microbatches:
+        assert mb.recompute in ("none", "selective", "full")
+        if mb.recompute == "none":
             assert mb.est_fwd_ms[1] == pytest.approx(planner.stage_cost(1, mb.shape)["fwd_ms"])
     assert "gpt-6.7b" in dynapipe.model_presets() and "a100-40g" in dynapipe.device_presets()
     with pytest.raises(dynapipe.InvalidArgument, match=r"stage must be in \[0, 3\], got 4"):

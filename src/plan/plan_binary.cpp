@@ -44,6 +44,10 @@ enum : std::uint8_t {
   kKnownMask = 127,
 };
 
+// A micro-batch's recompute byte where it runs in its replica's mode (MicroBatch::recompute
+// unset); 0-2 are Recompute values.
+constexpr std::uint8_t kReplicasMode = 255;
+
 std::uint64_t zigzag(std::int64_t v) {
   return (static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63);
 }
@@ -145,6 +149,7 @@ void write_replica(Writer& out, const ReplicaPlan& r) {
     mbs.f64(mb.density.dec);
     mbs.zz(mb.real_tokens);
     mbs.zz(mb.target_tokens);
+    mbs.u8(mb.recompute ? static_cast<std::uint8_t>(*mb.recompute) : kReplicasMode);
   }
   mbs.u8(r.estimates.empty() ? 0 : 1);
   for (const MicroBatchEstimate& e : r.estimates) {
@@ -343,7 +348,7 @@ ReplicaPlan read_replica(Reader& parent) {
   meta.finish();
 
   Reader mbs = replica.section(kMicrobatchesTag, "micro-batches");
-  std::size_t n = mbs.count("micro-batch", 2 * 8 + 7);
+  std::size_t n = mbs.count("micro-batch", 2 * 8 + 8);
   for (std::size_t i = 0; i < n; ++i) {
     MicroBatch mb;
     mb.id = static_cast<int>(i);
@@ -357,6 +362,11 @@ ReplicaPlan read_replica(Reader& parent) {
     mb.density.dec = mbs.f64();
     mb.real_tokens = mbs.zz();
     mb.target_tokens = mbs.zz();
+    const std::uint8_t mode = mbs.u8();
+    if (mode != kReplicasMode) {
+      if (mode > 2) mbs.fail(cat("micro-batch recompute must be 0, 1, 2 or 255, got ", int{mode}));
+      mb.recompute = static_cast<Recompute>(mode);
+    }
     r.microbatches.push_back(std::move(mb));
   }
   if (mbs.flag("has_estimates")) {

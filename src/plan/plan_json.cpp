@@ -109,6 +109,7 @@ Json microbatch_to_json(const MicroBatch& mb, const MicroBatchEstimate* estimate
   }
   j["real_tokens"] = mb.real_tokens;
   j["target_tokens"] = mb.target_tokens;
+  if (mb.recompute) j["recompute"] = recompute_name(*mb.recompute);
   if (estimate != nullptr) {
     j["est_fwd_ms"] = doubles(estimate->fwd_ms, "est_fwd_ms");
     j["est_bwd_ms"] = doubles(estimate->bwd_ms, "est_bwd_ms");
@@ -332,6 +333,12 @@ ReplicaPlan replica_from(const JsonValue& n, ModelKind model) {
     }
     mb.real_tokens = m["real_tokens"].integer(0);
     mb.target_tokens = m["target_tokens"].integer(0);
+    if (m.has("recompute")) {
+      const JsonValue recompute = m["recompute"];
+      const auto mode = parse_recompute(recompute.string());
+      if (!mode) recompute.fail("one of \"none\", \"selective\", \"full\"");
+      mb.recompute = *mode;
+    }
     if (m.has("est_fwd_ms") != with_estimates) {
       m.fail_field("est_fwd_ms", "present on every micro-batch or on none");
     }

@@ -54,8 +54,8 @@ class StageModel : public torch::nn::Module {
   // Throws dynapipe::Error (LibTorch errors are rethrown with the stage as context).
   virtual StageOutput forward(const torch::Tensor& input, const MicroBatchTensors& batch) = 0;
 
-  // Activation recomputation used by later forward() calls (the planner picks it per
-  // iteration). Recompute is transparent to the caller: backward() of the forward's
+  // Activation recomputation used by later forward() calls (the executor sets each
+  // micro-batch's mode before its forward). Recompute is transparent to the caller: backward() of the forward's
   // output re-runs what was not stored (docs/models-runtime.md). Default: None.
   void set_recompute(Recompute mode) { recompute_ = mode; }
   Recompute recompute() const { return recompute_; }

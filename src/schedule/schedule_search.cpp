@@ -363,7 +363,7 @@ PipelineProblem make_pipeline_problem(const CostModel& model,
                   cat("pipeline problem: micro-batch ", i, " must have id ", i, ", got ", mb.id));
     }
     problem.costs[i].resize(static_cast<std::size_t>(layout.num_stages()));
-    model.stage_costs(mb.shape, mb.density, recompute, problem.costs[i]);
+    model.stage_costs(mb.shape, mb.density, recompute_of(mb, recompute), problem.costs[i]);
   }
   problem.validate();
   return problem;

@@ -92,6 +92,7 @@ TEST(CorpusTest, DISABLED_WriteSeeds) {
   fs::create_directories(kCorpus / "binary");
   ExecutionPlan gpt = testing::sample_plan(ModelKind::Gpt, 2, 1, 1, 2);
   ExecutionPlan t5 = testing::sample_plan(ModelKind::T5, 2, 2, 1, 2);
+  t5.iterations[0].replicas[1].microbatches[0].recompute = Recompute::Selective;
   ExecutionPlan zb = testing::sample_plan(ModelKind::Gpt, 3, 1, 1, 3);
   {
     testing::Lowered l = testing::lower(testing::one_f_one_b(3, 3, true), {.num_devices = 3}, 3);

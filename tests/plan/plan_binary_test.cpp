@@ -26,11 +26,13 @@ std::string parse_error(std::string_view bytes) {
 TEST(PlanBinaryTest, RoundTripIsLosslessAndCanonical) {
   for (ModelKind model : {ModelKind::Gpt, ModelKind::T5}) {
     ExecutionPlan plan = testing::sample_plan(model);
+    plan.iterations[0].replicas[0].microbatches[1].recompute = Recompute::Full;
     for (const IterationPlan& it : plan.iterations) {
       std::string bytes = encode_iteration(it);
       IterationPlan back = decode_iteration(bytes);
       EXPECT_EQ(encode_iteration(back), bytes);
       EXPECT_EQ(iteration_to_json(back, model), iteration_to_json(it, model));
+      EXPECT_EQ(back.replicas[0].microbatches, it.replicas[0].microbatches);
     }
   }
 }
@@ -41,7 +43,7 @@ TEST(PlanBinaryTest, IsCompact) {
   std::string json = iteration_to_json(plan.iterations[0], ModelKind::Gpt, -1);
   EXPECT_LT(bytes.size() * 4, json.size()) << bytes.size() << " vs " << json.size();
   EXPECT_EQ(bytes.substr(0, 4), "DPPL");
-  EXPECT_EQ(bytes[4], 1);
+  EXPECT_EQ(bytes[4], kPlanBinaryVersion);
   EXPECT_EQ(bytes[5], 0);
 }
 
@@ -59,8 +61,8 @@ TEST(PlanBinaryTest, RejectsTrailingBytesAndBadHeaders) {
   bad_magic[0] = 'X';
   EXPECT_THAT(parse_error(bad_magic), HasSubstr("must start with the magic \"DPPL\""));
   std::string version = bytes;
-  version[4] = 2;
-  EXPECT_THAT(parse_error(version), HasSubstr("file header section at byte 6: version must be 1, got 2"));
+  version[4] = 1;  // before per-micro-batch recompute
+  EXPECT_THAT(parse_error(version), HasSubstr("file header section at byte 6: version must be 2, got 1"));
   std::string flags = bytes;
   flags[6] = 1;
   EXPECT_THAT(parse_error(flags), HasSubstr("flags must be 0, got 1"));
@@ -107,7 +109,7 @@ TEST(PlanBinaryTest, StageReplicaWrittenAsZeroIsRefused) {
 TEST(PlanBinaryTest, HugeCountsDoNotAllocate) {
   // Header with a sample_ids count of 2^62 and nothing behind it.
   std::string bytes = "DPPL";
-  bytes += std::string("\x01\x00\x00\x00", 4);
+  bytes += std::string("\x02\x00\x00\x00", 4);
   bytes += '\x01';        // iteration tag
   bytes += '\x23';        // length 35
   bytes += '\x00';        // index 0

@@ -30,9 +30,12 @@ void expect_parse_error(const std::string& text, const std::string& needle) {
 TEST(PlanJsonTest, RoundTripsExactlyForGptAndT5) {
   for (ModelKind model : {ModelKind::Gpt, ModelKind::T5}) {
     ExecutionPlan plan = testing::sample_plan(model);
+    plan.iterations[1].replicas[0].microbatches[0].recompute = Recompute::Selective;
     std::string text = plan_to_json(plan, 2);
     ExecutionPlan back = plan_from_json(text, "plan.json");
     EXPECT_EQ(plan_to_json(back, 2), text);
+    EXPECT_EQ(back.iterations[1].replicas[0].microbatches, plan.iterations[1].replicas[0].microbatches);
+    EXPECT_FALSE(back.iterations[0].replicas[0].microbatches[0].recompute);  // the replica's mode
     EXPECT_EQ(back.iterations[0].replicas[1].executors, plan.iterations[0].replicas[1].executors);
     EXPECT_EQ(back.iterations[1].padding_efficiency, 0.1 + 0.2);  // doubles round-trip bit-exactly
     EXPECT_EQ(back.iterations[1].planning_ms, 1e-7);
@@ -116,6 +119,9 @@ TEST(PlanJsonTest, ErrorsNameTheJsonPath) {
                      "iterations[0].replicas[0].timeline[3].op must be one of \"F\", \"B\", \"I\", \"W\", got \"X\"");
   expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["recompute"] = "some"; }),
                      "iterations[0].replicas[0].recompute must be one of");
+  expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["microbatches"][1]["recompute"] = "half"; }),
+                     "iterations[0].replicas[0].microbatches[1].recompute must be one of \"none\", \"selective\", \"full\", "
+                     "got \"half\"");
   expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["microbatches"][0]["est_fwd_ms"][0] = nullptr; }),
                      "microbatches[0].est_fwd_ms[0] must be a finite number, got null");
   expect_parse_error(with([](Json& c) { c["iterations"][0]["replicas"][0]["microbatches"][1].erase("est_fwd_ms"); }),

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <tuple>
@@ -15,6 +16,7 @@
 #include "dynapipe/planner/planner.h"
 #include "exec_test_support.h"
 #include "dynapipe/runtime/plan_store.h"
+#include "runtime/exec/plan_codec.h"
 #include "runtime/exec/trainer.h"
 #include "runtime/model/reference_trainer.h"
 
@@ -73,7 +75,9 @@ TrainOptions train_options(const PlanConfig& config) {
 
 // Summary of the planned, pipelined, data-parallel run (ranks as threads).
 // With replicated stages each stage's group holds its replicas x stage-replicas.
-TrainSummary pipelined_run(const TrainOptions& options) {
+// `edit_plan`, if given, changes each iteration's plan before the ranks get it.
+TrainSummary pipelined_run(const TrainOptions& options,
+                           std::function<void(IterationPlan&)> edit_plan = {}) {
   const RankLayout ranks = rank_layout_of(options.plan);
   const int world = ranks.world_size();
   auto pipe = make_local_communicators(world);
@@ -92,7 +96,15 @@ TrainSummary pipelined_run(const TrainOptions& options) {
                                         ? dp_groups[stage][ranks.stage_group_rank(rank)].get()
                                         : nullptr,
                         .store = &store};
-    auto s = train_rank(options, context, make_default_hooks(options, rank));
+    TrainHooks hooks = make_default_hooks(options, rank);
+    if (edit_plan && hooks.produce_plan) {
+      hooks.produce_plan = [edit_plan, produce = hooks.produce_plan](std::int64_t i) {
+        IterationPlan plan = decode_plan(produce(i), i, 0);
+        edit_plan(plan);
+        return encode_plan(plan);
+      };
+    }
+    auto s = train_rank(options, context, std::move(hooks));
     if (rank == 0) summary = s;
   });
   return summary;
@@ -191,6 +203,31 @@ void check_uneven_split(ModelKind kind) {
                        cat(model_kind_name(kind), " split 2,3, schedule ", schedule));
   }
 }
+
+// Micro-batches of one iteration in different recompute modes (what the planner picks
+// per micro-batch): selective, full and none in turn, every step, under 1F1B and ZB1P
+// (its split backward re-runs a full-recompute forward in BackwardInput).
+void check_mixed_recompute(ModelKind kind) {
+  const auto expected = single_process_losses(train_options(plan_config(kind, "dynapipe", 2, 1)));
+  for (const char* schedule : {"1f1b", "zb1p"}) {
+    auto options = train_options(plan_config(kind, "dynapipe", 2, 1));
+    options.plan.schedule = *parse_schedule_kind(schedule);
+    std::atomic<int> mixed = 0;  // planning workers run concurrently
+    auto losses = pipelined_run(options, [&mixed](IterationPlan& plan) {
+      for (ReplicaPlan& replica : plan.replicas) {
+        for (MicroBatch& mb : replica.microbatches) {
+          mb.recompute = kRecomputeModes[static_cast<std::size_t>(mb.id + 1) % kRecomputeModes.size()];
+          if (mb.recompute != replica.recompute) ++mixed;
+        }
+      }
+    }).losses;
+    EXPECT_GE(mixed, kSteps) << "the plans should mix modes";
+    expect_same_losses(expected, losses, cat(model_kind_name(kind), " mixed recompute, ", schedule));
+  }
+}
+
+TEST(EquivalenceTest, GptMixedRecomputeModesMatchSingleProcess) { check_mixed_recompute(ModelKind::Gpt); }
+TEST(EquivalenceTest, T5MixedRecomputeModesMatchSingleProcess) { check_mixed_recompute(ModelKind::T5); }
 
 TEST(EquivalenceTest, GptUnevenSplitMatchesSingleProcess) { check_uneven_split(ModelKind::Gpt); }
 TEST(EquivalenceTest, T5UnevenSplitMatchesSingleProcess) { check_uneven_split(ModelKind::T5); }

@@ -124,6 +124,22 @@ TEST(ExecutorTest, TwoStageGpipeMatchesStagesByHand) {
   EXPECT_GT(ranks[0].result.peak_held_bytes, 0);
 }
 
+// A micro-batch with its own recompute mode runs its forwards in it; the others in the
+// replica's mode. (Recompute never changes the numbers: the loss is the hand-made one.)
+TEST(ExecutorTest, EachForwardRunsInItsMicroBatchsRecomputeMode) {
+  auto mbs = two_microbatches();
+  mbs[1].recompute = Recompute::Full;
+  Reference ref(2);
+  ref.run({mbs});
+  auto ranks = run_pipeline(2, 1, {mbs}, /*step=*/false);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(ranks[rank].stage->forward_modes,
+              (std::vector<Recompute>{Recompute::None, Recompute::Full}))
+        << "rank " << rank;
+  }
+  EXPECT_NEAR(ranks[1].result.loss, ref.loss, 1e-6);
+}
+
 TEST(ExecutorTest, ThreeStagesTwoReplicasReduceAndStepLikeByHand) {
   auto replicas = std::vector<std::vector<MicroBatch>>{two_microbatches(),
                                                       {make_mb(0, {6}, 4), make_mb(1, {7, 8}, 10)}};

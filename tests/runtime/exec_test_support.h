@@ -35,6 +35,7 @@ class FakeStage : public StageModel {
     linear_->bias.copy_(torch::cos(torch::arange(out, torch::kFloat32) + stage) * 0.1);
   }
   StageOutput forward(const torch::Tensor& input, const MicroBatchTensors& batch) override {
+    forward_modes.push_back(recompute());
     torch::Tensor x = stage_ == 0 ? batch.tokens.to(torch::kFloat32).unsqueeze(-1) / 10.0 : input;
     torch::Tensor y = linear_->forward(x);
     if (stage_ != num_stages_ - 1) return {torch::tanh(y), {}};
@@ -43,6 +44,8 @@ class FakeStage : public StageModel {
     auto loss = ((y.squeeze(-1) - labels / 10.0).pow(2) * mask).sum() * batch.loss_scale;
     return {{}, loss};
   }
+
+  std::vector<Recompute> forward_modes;  // recompute() at each forward, in call order
 
  private:
   int stage_, num_stages_;

@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "dynapipe/core/model_kind.h"
 #include "dynapipe/core/sample.h"
 
 namespace dynapipe {
@@ -39,7 +41,15 @@ struct MicroBatch {
   AttentionDensity density;
   std::int64_t real_tokens = 0;               // Σ truncated input_len + target_len
   std::int64_t target_tokens = 0;             // Σ target_len (loss tokens)
+  // This micro-batch's activation recompute where it differs from its replica's mode
+  // (ReplicaPlan::recompute); unset: the replica's. See recompute_of().
+  std::optional<Recompute> recompute;
   friend bool operator==(const MicroBatch&, const MicroBatch&) = default;
 };
+
+// The recompute mode `mb` runs in, within a replica planned in `replica_mode`.
+inline Recompute recompute_of(const MicroBatch& mb, Recompute replica_mode) {
+  return mb.recompute.value_or(replica_mode);
+}
 
 }  // namespace dynapipe

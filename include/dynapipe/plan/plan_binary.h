@@ -20,7 +20,7 @@
 namespace dynapipe {
 
 inline constexpr char kPlanBinaryMagic[4] = {'D', 'P', 'P', 'L'};
-inline constexpr int kPlanBinaryVersion = 1;
+inline constexpr int kPlanBinaryVersion = 2;  // 2: a recompute byte per micro-batch
 
 std::string encode_iteration(const IterationPlan& iteration);
 IterationPlan decode_iteration(std::string_view bytes);

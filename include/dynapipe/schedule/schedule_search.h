@@ -117,8 +117,9 @@ struct SearchResult {
 SearchResult search_schedule(std::span<const SearchCandidate> candidates,
                              const SearchOptions& options = {});
 
-// The problem for `microbatches` (ids 0..n-1 in order) under `recompute` on `layout`:
-// costs from model.stage_cost (model.num_stages() must equal layout.num_stages()),
+// The problem for `microbatches` (ids 0..n-1 in order) under `recompute` on `layout`
+// (a micro-batch with its own MicroBatch::recompute is costed in that mode): costs from
+// model.stage_cost (model.num_stages() must equal layout.num_stages()),
 // static bytes summed over each device's stages, links from model.device().
 // Throws InvalidArgument on a stage-count mismatch or a micro-batch id out of place.
 PipelineProblem make_pipeline_problem(const CostModel& model,

@@ -89,7 +89,7 @@ void refine(CostCalibration& calibration, const CostModel& base, const Iteration
     TimeObservation backward{.measured_ms = devices[d].backward_ms};
     for (const ReplicaPlan& replica : plan.replicas) {
       for (const MicroBatch& mb : replica.microbatches) {
-        const StageCost cost = base.stage_cost(stage, mb.shape, mb.density, replica.recompute);
+        const StageCost cost = base.stage_cost(stage, mb.shape, mb.density, recompute_of(mb, replica.recompute));
         forward.base_ms += cost.fwd_ms / replicas;
         backward.base_ms += cost.bwd_ms / replicas;
       }

@@ -292,6 +292,13 @@ struct Executor::Impl {
     work->wait(config.comm_timeout);
   }
 
+  // The micro-batch's recompute mode, set before each forward: Full's checkpoint and
+  // Selective's stored tensors are decided while the forward runs.
+  void use_recompute_of(const Instruction& in) {
+    const MicroBatch& mb = replica->microbatches.at(static_cast<std::size_t>(in.mb));
+    stages.at(in.stage)->set_recompute(recompute_of(mb, replica->recompute));
+  }
+
   void forward(const Instruction& in) {
     Key key{in.mb, in.stage};
     await_recv(Op::RecvActivationStart, key);
@@ -307,6 +314,7 @@ struct Executor::Impl {
       if (in.version < 0) f.input.requires_grad_(true);
     }
     StageOutput out;
+    use_recompute_of(in);
     if (in.version >= 0) {
       // Versioned: no graph now (a step may come before the backward, which re-runs it).
       f.version = in.version;
@@ -435,6 +443,7 @@ struct Executor::Impl {
     }
     torch::Tensor input;
     if (f.input.defined()) input = f.input.detach().requires_grad_(true);
+    use_recompute_of(in);
     with_version(in.version, [&] {
       StageOutput out = stages.at(in.stage)->forward(input, batch(in.mb));
       if (last) {
@@ -605,7 +614,6 @@ struct Executor::Impl {
     reset();
     replica = input.replica;
     loss_scale = input.loss_scale;
-    for (auto& [stage, model] : stages) model->set_recompute(replica->recompute);
     optimizer->zero_grad();
     auto begin = Clock::now();
     const auto& instructions = input.program->instructions;
