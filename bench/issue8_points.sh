@@ -10,12 +10,14 @@
 #   bench/issue8_points.sh                        # the bundled data, 3 iterations
 #   SHUFFLE=1 ITERATIONS=6 bench/issue8_points.sh # the same samples in another order
 #   POINTS="gpt-6.7b 4 80 assets/profiles/gpt-6.7b.h100.measured.json" bench/issue8_points.sh
+#   RECOMPUTE=per-microbatch bench/issue8_points.sh  # every strategy with modes per micro-batch
 #
 # Environment: DYNAPIPE (build/dynapipe), DATA (the bundled dataset), ITERATIONS (3),
 # SHUFFLE (a seed: shuffle DATA's lines first, so the global batches hold other samples;
 # unset: as they are), SEQLENS (1024 2048 4096 8192), PLANNER_THREADS (0: one per hardware
 # thread; the figures are the same for any count), POINTS (other points, ';'-separated, each
-# "MODEL PP GIB COST_MODEL"; the default is the issue's four on analytic A100s).
+# "MODEL PP GIB COST_MODEL"; the default is the issue's four on analytic A100s), RECOMPUTE
+# (--recompute for every strategy; default auto).
 set -euo pipefail
 
 DYNAPIPE=${DYNAPIPE:-build/dynapipe}
@@ -23,6 +25,7 @@ DATA=${DATA:-assets/flan_like_mix.jsonl.gz}
 ITERATIONS=${ITERATIONS:-3}
 SEQLENS=${SEQLENS:-"1024 2048 4096 8192"}
 PLANNER_THREADS=${PLANNER_THREADS:-0}
+RECOMPUTE=${RECOMPUTE:-auto}
 STRATEGIES=(dynapipe packing packing-varlen token-based dynapipe-padded)
 DEFAULT_POINTS="gpt-6.7b 4 40 analytic:a100-40g;gpt-6.7b 8 40 analytic:a100-40g;t5-11b 8 40 analytic:a100-40g;t5-11b 4 80 analytic:a100-80g"
 IFS=';' read -r -a POINT_LIST <<< "${POINTS:-$DEFAULT_POINTS}"
@@ -43,7 +46,7 @@ PY
   DATA=$TMP/shuffled.jsonl.gz
 fi
 
-echo "# $DYNAPIPE simulate --samples $SOURCE --iterations $ITERATIONS --schedules auto" \
+echo "# $DYNAPIPE simulate --samples $SOURCE --iterations $ITERATIONS --schedules auto --recompute $RECOMPUTE" \
   "--strategies $(IFS=,; echo "${STRATEGIES[*]}")${SHUFFLE:+ (lines shuffled, seed $SHUFFLE)}"
 echo "# point: ${STRATEGIES[*]} | fastest other ÷ dynapipe"
 fastest=0 feasible=0
@@ -55,7 +58,7 @@ for seqlen in $SEQLENS; do
     table=$("$DYNAPIPE" simulate --samples "$DATA" --iterations "$ITERATIONS" \
               --strategies "$(IFS=,; echo "${STRATEGIES[*]}")" --schedules auto "${flags[@]}" \
               --pp "$pp" --memory-limit "$gib" --cost-model "$cost" --max-seqlen "$seqlen" \
-              --planner-threads "$PLANNER_THREADS" 2> /dev/null)
+              --recompute "$RECOMPUTE" --planner-threads "$PLANNER_THREADS" 2> /dev/null)
     line=$(awk -F'|' -v order="${STRATEGIES[*]}" '
       $3 ~ /auto/ { gsub(/ /, "", $2); gsub(/ /, "", $4); ms[$2] = $4 }
       END {

@@ -9,6 +9,7 @@ H100 presets, the measured H100 profile, or with --card h200 the measured H200 o
 
   bench/random_points.py strategies --seed 1 --points 80   # dynapipe against each baseline
   bench/random_points.py schedules --seed 3 --points 60    # auto against each named schedule
+  bench/random_points.py strategies --seed 1 --recompute per-microbatch  # every strategy so
 
 `strategies` compares each strategy's best schedule (auto) on its own layer split by
 estimated tokens/s (packing-megatron's global batches hold fewer real tokens: its rows are
@@ -79,6 +80,8 @@ def main():
     parser.add_argument("--strategy", default="dynapipe", help="schedules: the strategy planned")
     parser.add_argument("--card", choices=["h100", "h200"], default="h100",
                         help="the measured profiles a point drawn with one uses (the same draws either way)")
+    parser.add_argument("--recompute", default="auto",
+                        help="--recompute for every strategy (auto, per-microbatch, none, selective, full)")
     args = parser.parse_args()
     binary = os.environ.get("DYNAPIPE", os.path.join(ROOT, "build", "dynapipe"))
     if not os.access(binary, os.X_OK):
@@ -92,12 +95,13 @@ def main():
     for _ in range(args.points):
         p = draw(rng, args.card)
         if args.compare == "strategies":
-            rows = simulate(binary, p, ",".join(["dynapipe"] + BASELINES), "auto", [])
+            rows = simulate(binary, p, ",".join(["dynapipe"] + BASELINES), "auto",
+                            ["--recompute", args.recompute])
             mine = rows.get(("dynapipe", "auto"))
             others = {s: row for (s, _), row in rows.items() if s != "dynapipe"}
         else:
             rows = simulate(binary, p, args.strategy, ",".join(["auto"] + NAMED_SCHEDULES),
-                            ["--partition", "uniform"])
+                            ["--partition", "uniform", "--recompute", args.recompute])
             mine = rows.get((args.strategy, "auto"))
             others = {sched: row for (_, sched), row in rows.items() if sched != "auto"}
         if mine is None or not others:

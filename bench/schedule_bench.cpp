@@ -85,7 +85,8 @@ void BM_Search(benchmark::State& state) {
     for (ScheduleKind kind : schedule_kinds()) {
       candidates.push_back(
           {kind, recompute,
-           bench_problem(m, devices, kind == ScheduleKind::Interleaved ? 2 : 1, factor)});
+           bench_problem(m, devices, kind == ScheduleKind::Interleaved ? 2 : 1, factor),
+           {}});
     }
   }
   int simulations = 0;

@@ -245,6 +245,14 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
                                                     options.num_stages, options.memory_limit_bytes,
                                                     options.in_flight);
   }
+  // dynapipe costs each segment in the lightest mode it fits: one DP, whose segments are
+  // every mode's (full recompute fits the most) at the lightest time, so no DP of a
+  // lighter mode can beat it.
+  const bool mixed = options.strategy == Strategy::DynaPipe && options.mixed_recompute &&
+                     !options.recompute && !options.varlen_padded_cut;
+  if (mixed) {
+    for (std::size_t m = 1; m < costs.size(); ++m) costs[m]->mix_with(costs[m - 1].get());
+  }
   BatchingCache local;
   detail::VarlenMemoStore& memos = cache != nullptr ? cache->store() : local.store();
   if (memos.batch != &batch || memos.cost_model != &cost_model) {
@@ -309,18 +317,28 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   for (detail::MemoryRule rule : {pipelined, detail::MemoryRule::OneInFlight}) {
     for (std::size_t m = 0; m < kRecomputeModes.size(); ++m) {
       if (options.recompute && *options.recompute != kRecomputeModes[m]) continue;
+      if (mixed && m + 1 < kRecomputeModes.size()) continue;  // the heaviest mode's mix only
       const double incumbent = best ? best->objective_ms : std::numeric_limits<double>::infinity();
       // The DP strategies skip a mode that cannot beat the incumbent (one replica: with
       // more, the DP's objective is only an estimate of the result's).
       const bool dp_strategy = options.strategy == Strategy::DynaPipe ||
                                options.strategy == Strategy::DynaPipePadded;
       if (best && dp_strategy && options.dp == 1 && options.min_tmax_interval_ms == 0 &&
-          cannot_beat(incumbent, batch, options, *costs[m], memos)) {
+          cannot_beat(incumbent, batch, options, mixed ? *costs.front() : *costs[m], memos)) {
         continue;
       }
       if (std::optional<detail::Candidate> candidate = run(*costs[m], rule, incumbent)) {
         best = std::move(candidate);
         result.recompute = kRecomputeModes[m];
+        if (mixed) {  // the heaviest mode a micro-batch of the cut runs in
+          result.recompute = Recompute::None;
+          for (const std::vector<MicroBatch>& replica : best->replicas) {
+            for (const MicroBatch& mb : replica) {
+              result.recompute =
+                  std::max(result.recompute, detail::mixed_mode_of(*costs[m], mb, rule));
+            }
+          }
+        }
       }
     }
     if (best) {

@@ -1,6 +1,7 @@
 #include "costing.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "dynapipe/core/error.h"
@@ -168,6 +169,37 @@ ShapeCost cost_of(ShapeCosts& costs, const MicroBatch& microbatch) {
   return costs.evaluate(microbatch.shape, microbatch.density);
 }
 
+namespace {
+
+// The chain's costs (ShapeCosts::lighter()) in which `microbatch` runs mixed: the lightest
+// whose memory rule it fits, else `costs`.
+ShapeCosts& mixed_costs(ShapeCosts& costs, const MicroBatch& microbatch, MemoryRule rule,
+                        ShapeCost* cost) {
+  std::array<ShapeCosts*, kRecomputeModes.size()> chain{};
+  std::size_t n = 0;
+  for (ShapeCosts* c = &costs; c != nullptr && n < chain.size(); c = c->lighter()) chain[n++] = c;
+  const MemoryRule own = rule_for(rule, microbatch.sample_ids.size());
+  for (std::size_t k = n; k-- > 1;) {  // lightest first; costs' own below
+    *cost = cost_of(*chain[k], microbatch);
+    if (cost->fits(own)) return *chain[k];
+  }
+  *cost = cost_of(costs, microbatch);
+  return costs;
+}
+
+}  // namespace
+
+ShapeCost mixed_cost_of(ShapeCosts& costs, const MicroBatch& microbatch, MemoryRule rule) {
+  ShapeCost cost;
+  mixed_costs(costs, microbatch, rule, &cost);
+  return cost;
+}
+
+Recompute mixed_mode_of(ShapeCosts& costs, const MicroBatch& microbatch, MemoryRule rule) {
+  ShapeCost cost;
+  return mixed_costs(costs, microbatch, rule, &cost).recompute();
+}
+
 AttentionDensity varlen_density(double enc_squares, double dec_squares, std::int64_t rows,
                                 const MicroBatchShape& shape, ModelKind kind) {
   auto density = [&](double squares, std::int64_t seqlen) {
@@ -221,7 +253,7 @@ std::optional<double> replicas_objective(const std::vector<std::vector<MicroBatc
     if (replica.empty()) return std::nullopt;
     times.clear();
     for (const MicroBatch& mb : replica) {
-      const ShapeCost cost = cost_of(costs, mb);
+      const ShapeCost cost = mixed_cost_of(costs, mb, rule);
       if (!cost.fits(rule_for(rule, mb.sample_ids.size()))) return std::nullopt;
       times.push_back(cost.time_ms);
     }

@@ -95,9 +95,15 @@ class ShapeCosts {
   const CostModel& cost_model() const { return cost_model_; }
   // The cost model's affine lower bound of stage times under this mode, if it has one.
   const std::optional<AffineTimeBound>& affine_bound() const { return affine_bound_; }
+  // Mixed recompute (BatchingOptions::mixed_recompute): the costs of the next lighter
+  // mode, with the same memory rules, whose micro-batches that fit run in it; nullptr
+  // (default): every micro-batch in this mode.
+  void mix_with(ShapeCosts* lighter) { lighter_ = lighter; }
+  ShapeCosts* lighter() const { return lighter_; }
 
  private:
   const CostModel& cost_model_;
+  ShapeCosts* lighter_ = nullptr;
   Recompute recompute_;
   int num_stages_;
   std::int64_t memory_limit_bytes_;  // 0 = unlimited
@@ -154,6 +160,11 @@ MicroBatch make_microbatch(std::span<const Sample> samples, std::span<const std:
 
 // Cost of a micro-batch: dense ones through the cache, others evaluated.
 ShapeCost cost_of(ShapeCosts& costs, const MicroBatch& microbatch);
+// cost_of() in the lightest mode of costs' mixing chain (ShapeCosts::lighter()) whose
+// memory rule the micro-batch fits; costs' own where none does.
+ShapeCost mixed_cost_of(ShapeCosts& costs, const MicroBatch& microbatch, MemoryRule rule);
+// The mode mixed_cost_of() costs the micro-batch in.
+Recompute mixed_mode_of(ShapeCosts& costs, const MicroBatch& microbatch, MemoryRule rule);
 
 // A packed row: samples whose model lengths add up within the capacities.
 struct PackedRow {

@@ -395,6 +395,35 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     for (std::size_t c = 0; c < within; ++c) emit(static_cast<int>(c) + 1, row.time_ms[c]);
   }
 
+  // Whether segment c of row i ([i, i + c + 1)) exists and fits this scanner's rule and
+  // capacities, costing the row up to it. Memory grows with a segment, so a segment that
+  // fits shows that the shorter ones do (MixedScanner asks from where a lighter mode
+  // stopped fitting).
+  bool segment_fits(int i, std::size_t c) {
+    if (static_cast<std::size_t>(i) + c >= lengths_.size()) return false;
+    const auto row_index = static_cast<std::size_t>(i);
+    if (!cap_count_.empty() && c >= static_cast<std::size_t>(cap_count_[row_index])) return false;
+    VarlenRows::Fit& fit = (*fit_)[row_index];
+    if (c < fit.known) return true;
+    if (fit.closed) return false;  // segment `known` <= c does not fit
+    VarlenRows::Row& row = rows_.rows[row_index];
+    while (row.time_ms.size() <= c) extend(i, &row);
+    const auto bytes = std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_);
+    if (costs_.fits(bytes, rule_for(rule_, c + 1))) {
+      fit.known = c + 1;
+      return true;
+    }
+    if (c == fit.known) fit.closed = true;
+    return false;
+  }
+  // The time of segment c of row i. REQUIRES: segment_fits(i, c) said so.
+  double segment_time(int i, std::size_t c) const {
+    return rows_.rows[static_cast<std::size_t>(i)].time_ms[c];
+  }
+  // The merged and affine lower bounds hold for any mix of heavier modes (time grows with
+  // recomputation): MixedScanner takes its lightest mode's.
+  bool monotone() const { return monotone_; }
+
  private:
   // Costs the next segment of row i (REQUIRES: one is left), and the partner's row i
   // with it when that row stands at the same segment: one cost-model call for both modes
@@ -445,6 +474,48 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   bool monotone_ = costs_.cost_model().monotone();  // scan_row()'s early stop by time
 };
 
+// Varlen segments in mixed recompute (BatchingOptions::mixed_recompute): each segment
+// costs its time in the lightest mode, up to the DP's, whose memory rule it fits. A
+// lighter mode stores more, so as a segment grows it fits the lighter modes first: a row
+// runs in the lightest mode until that stops fitting, then in the next, and so on. The
+// times stay non-decreasing along a row where each mode's do, as a heavier mode adds
+// recomputation (CostModel: more work never runs faster). One VarlenScanner per mode,
+// lightest first, holds the rows and fits.
+class MixedScanner : public ScannerBase<MixedScanner> {
+ public:
+  explicit MixedScanner(std::vector<VarlenScanner> modes) : modes_(std::move(modes)) {}
+
+  int size() const { return modes_.front().size(); }
+  double merged_time_ms() const { return modes_.front().merged_time_ms(); }
+  double capped_sum_bound(double cap_ms) const { return modes_.front().capped_sum_bound(cap_ms); }
+
+  template <typename Emit>
+  void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
+    const std::size_t end =
+        static_cast<std::size_t>(std::min<std::int64_t>(size() - i, max_count));
+    const bool monotone = modes_.front().monotone();
+    std::size_t mode = 0, within = 0;
+    prefix_.clear();
+    for (std::size_t c = 0; c < end; ++c) {
+      while (mode < modes_.size() && !modes_[mode].segment_fits(i, c)) ++mode;
+      if (mode == modes_.size()) break;  // too heavy for every mode
+      const double t = modes_[mode].segment_time(i, c);
+      if (monotone) {
+        if (t > cap_ms) break;
+        emit(static_cast<int>(c) + 1, t);
+        continue;
+      }
+      prefix_.push_back(t);  // not monotone: the prefix up to the last segment within the cap
+      if (t <= cap_ms) within = prefix_.size();
+    }
+    for (std::size_t c = 0; c < within; ++c) emit(static_cast<int>(c) + 1, prefix_[c]);
+  }
+
+ private:
+  std::vector<VarlenScanner> modes_;
+  std::vector<double> prefix_;
+};
+
 template <typename Scanner>
 Scanner make_scanner(const StrategyInput& input, std::span<const std::size_t> seq,
                      ShapeCosts& costs, MemoryRule rule) {
@@ -463,6 +534,14 @@ Scanner make_scanner(const StrategyInput& input, std::span<const std::size_t> se
     return VarlenScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule, rows,
                          partner, capped ? o.max_seqlen : 0,
                          capped && o.kind == ModelKind::T5 ? o.max_target_len + 1 : 0);
+  } else if constexpr (std::is_same_v<Scanner, MixedScanner>) {
+    std::vector<ShapeCosts*> chain;  // costs' mode, then lighter ones
+    for (ShapeCosts* c = &costs; c != nullptr; c = c->lighter()) chain.push_back(c);
+    std::vector<VarlenScanner> modes;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      modes.push_back(make_scanner<VarlenScanner>(input, seq, **it, rule));
+    }
+    return MixedScanner(std::move(modes));
   } else {
     return PaddedScanner(input.samples, seq, o.kind, o.seqlen_multiple, costs, rule);
   }
@@ -608,6 +687,9 @@ Partition solve(const StrategyInput& input, std::span<const std::size_t> seq, Sh
                 MemoryRule rule, double weight, double incumbent_ms) {
   if (input.options.strategy == Strategy::DynaPipe) {
     if (!input.options.varlen_padded_cut) {
+      if (costs.lighter() != nullptr) {
+        return solve_sequence<MixedScanner>(input, seq, costs, rule, weight, incumbent_ms);
+      }
       return solve_sequence<VarlenScanner>(input, seq, costs, rule, weight, incumbent_ms);
     }
     // A padded cut of varlen micro-batches: a cut's padded objective is only an upper
@@ -634,7 +716,7 @@ std::optional<Candidate> split_microbatches(const StrategyInput& input, ShapeCos
   Candidate candidate;
   candidate.replicas.resize(static_cast<std::size_t>(options.dp));
   std::vector<double> times;
-  for (const MicroBatch& mb : microbatches) times.push_back(cost_of(costs, mb).time_ms);
+  for (const MicroBatch& mb : microbatches) times.push_back(mixed_cost_of(costs, mb, rule).time_ms);
   const std::vector<int> owner = balance_replicas(times, options.dp);
   for (std::size_t k = 0; k < microbatches.size(); ++k) {  // DP order inside each replica
     candidate.replicas[static_cast<std::size_t>(owner[k])].push_back(std::move(microbatches[k]));

@@ -71,6 +71,7 @@ Json config_to_json(const PlanConfig& c) {
   if (c.token_budget != 0) j["token_budget"] = c.token_budget;
   if (c.recompute) j["recompute"] = recompute_name(*c.recompute);
   if (c.vertical_sync) j["vertical_sync"] = 1;
+  if (c.mixed_recompute) j["mixed_recompute"] = 1;
   if (!c.stage_layers.empty()) j["layers_per_stage"] = layers_per_stage(c.stage_layers);
   if (!c.stage_replicas.empty()) j["stage_replicas"] = c.stage_replicas;  // absent = 1 each
   return j;
@@ -253,6 +254,7 @@ PlanConfig config_from(const JsonValue& n) {
   if (n.has("micro_batch_size")) c.micro_batch_size = n["micro_batch_size"].integer(0);
   if (n.has("token_budget")) c.token_budget = n["token_budget"].integer(1);
   if (n.has("vertical_sync")) c.vertical_sync = n["vertical_sync"].int32(0, 1) == 1;
+  if (n.has("mixed_recompute")) c.mixed_recompute = n["mixed_recompute"].int32(0, 1) == 1;
   if (n.has("recompute")) {
     const JsonValue recompute = n["recompute"];
     const auto mode = parse_recompute(recompute.string());

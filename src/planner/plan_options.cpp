@@ -93,8 +93,9 @@ std::vector<PlanOptionSpec> make_table() {
                "Padded tokens per micro-batch for token-based (0: the fastest of the objective's budget among 512, 1024, ..., 65536 and the budgets next to it)",
                &O::token_budget, 0, kMaxTokens));
   t.push_back(row("--recompute", "recompute",
-               "One recompute mode for every micro-batch (auto: the planner picks)", &O::recompute, 0,
-               0, {"auto", "none", "selective", "full"}));
+               "One recompute mode for every micro-batch (auto: the planner picks one per "
+               "iteration; per-microbatch: one per micro-batch)",
+               &O::recompute, 0, 0, {"auto", "per-microbatch", "none", "selective", "full"}));
   t.push_back(row("--partition", "partition",
                "Layers over pipeline stages: uniform, balanced (by the cost model) or joint (with the "
                "data's dynamic micro-batches)",
@@ -186,7 +187,11 @@ PlanConfig to_plan_config(const PlanOptions& options, int threads, SamplesCache*
   config.iterations = options.iterations;
   config.micro_batch_size = options.micro_batch_size;
   config.token_budget = options.token_budget;
-  if (options.recompute != "auto") config.recompute = parse_recompute(options.recompute);
+  if (options.recompute == "per-microbatch") {
+    config.mixed_recompute = true;
+  } else if (options.recompute != "auto") {
+    config.recompute = parse_recompute(options.recompute);
+  }
   config.vertical_sync = options.vertical_sync == 1;
   config.stage_layers = stage_layers_for(options, config, threads, samples);
   config.stage_replicas = parse_stage_replicas(options.replicas, config.pp);

@@ -263,6 +263,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
   b.fixed_batch = config.micro_batch_size;
   b.token_budget = config.token_budget;
   b.recompute = config.recompute;
+  b.mixed_recompute = config.mixed_recompute;
   b.validate();
 
   // DP strategies plan their cuts for the schedule: one DP per schedule family, each
@@ -324,6 +325,9 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
                        " under --recompute ", recompute_name(*m.config.recompute)));
     ReplicaPlan replica;
     replica.microbatches = microbatches;
+    for (std::size_t i = 0; i < best.modes.size(); ++i) {  // a mix of modes won
+      if (best.modes[i] != best.recompute) replica.microbatches[i].recompute = best.modes[i];
+    }
     replica.schedule = best.schedule;
     replica.recompute = best.recompute;
     replica.est_iteration_ms = best.sim.makespan_ms;

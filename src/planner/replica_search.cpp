@@ -52,27 +52,9 @@ Choice Planner::Impl::quick_search(const GlobalBatch& batch,
 
 std::vector<SearchCandidate> Planner::Impl::own_mode_candidates(
     ScheduleKind schedule, std::span<const MicroBatch> microbatches, Recompute recompute) const {
-  const std::vector<ScheduleKind> kinds =
-      schedule == ScheduleKind::Auto ? auto_schedule_kinds(*cost) : std::vector<ScheduleKind>{schedule};
-  std::vector<SearchCandidate> candidates;
-  std::optional<PipelineProblem> plain, interleaved;
-  for (ScheduleKind kind : kinds) {
-    if (make_schedule(kind)->needs_virtual_stages()) {
-      if (interleaved_cost == nullptr) continue;  // as make_search_candidates() under auto
-      if (!interleaved) {
-        interleaved = make_pipeline_problem(*interleaved_cost, microbatches, recompute,
-                                            {config.pp, kInterleavedChunks}, memory_limit_bytes);
-      }
-      candidates.push_back({kind, recompute, *interleaved});
-    } else {
-      if (!plain) {
-        plain = make_pipeline_problem(*cost, microbatches, recompute, {config.pp, 1},
-                                      memory_limit_bytes);
-      }
-      candidates.push_back({kind, recompute, *plain});
-    }
-  }
-  return candidates;
+  return make_mode_candidates(schedule, *cost, interleaved_cost.get(), microbatches, recompute,
+                              config.pp, memory_limit_bytes, config.mixed_recompute,
+                              /*mix_only=*/true);
 }
 
 // The best schedule x recompute of every replica's micro-batches.
@@ -105,7 +87,8 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     auto all_candidates = [&] {
       std::vector<SearchCandidate> candidates =
           make_search_candidates(schedule, *m.cost, m.interleaved_cost.get(),
-                                 replica.microbatches, m.config.pp, m.memory_limit_bytes);
+                                 replica.microbatches, m.config.pp, m.memory_limit_bytes,
+                                 m.config.mixed_recompute);
       if (m.batching.recompute) {
         // One mode for the whole run (--recompute): the search keeps the batching's.
         std::erase_if(candidates, [&](const SearchCandidate& c) {

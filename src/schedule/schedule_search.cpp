@@ -327,6 +327,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
                      " ms, expected ", best_ms, " ms"));
   result.schedule = winner.schedule;
   result.recompute = winner.recompute;
+  result.modes = winner.modes;
   result.candidate = best;
   result.mb_order = std::move(best_order);
   result.order = std::move(best_schedule);
@@ -375,12 +376,108 @@ std::vector<ScheduleKind> auto_schedule_kinds(const CostModel& model) {
   return kinds;
 }
 
+std::vector<Recompute> lightest_fitting_modes(const CostModel& model,
+                                              std::span<const MicroBatch> microbatches,
+                                              Recompute ceiling, std::int64_t memory_limit_bytes) {
+  const int p = model.num_stages();
+  std::vector<Recompute> modes(microbatches.size(), ceiling);
+  std::vector<StageCost> costs(static_cast<std::size_t>(p));
+  for (std::size_t i = 0; i < microbatches.size(); ++i) {
+    const MicroBatch& mb = microbatches[i];
+    for (Recompute mode : kRecomputeModes) {
+      if (mode >= ceiling) break;  // lightest first
+      model.stage_costs(mb.shape, mb.density, mode, costs);
+      bool fits = true;
+      for (int s = 0; s < p && fits && memory_limit_bytes > 0; ++s) {
+        const StageCost& c = costs[static_cast<std::size_t>(s)];
+        fits = model.static_bytes(s) + (p - s) * (c.stored_bytes + c.output_bytes) + c.peak_bytes <=
+               memory_limit_bytes;
+      }
+      if (fits) {
+        modes[i] = mode;
+        break;
+      }
+    }
+  }
+  return modes;
+}
+
+namespace {
+
+// make_search_candidates() for one recompute mode: with `mix`, where some micro-batch fits
+// a lighter mode (lightest_fitting_modes()), each kind on the problem of those modes; then
+// (unless mix_only and there was a mix) each kind on the problem of every micro-batch in
+// `recompute`. Kinds that need
+// virtual stages are skipped without an interleaved model.
+void add_mode_candidates(std::vector<SearchCandidate>& out, std::span<const ScheduleKind> kinds,
+                         const CostModel& model, const CostModel* interleaved_model,
+                         std::span<const MicroBatch> microbatches, Recompute recompute,
+                         int num_devices, std::int64_t memory_limit_bytes, bool mix,
+                         bool mix_only) {
+  const std::vector<Recompute> lightest =
+      mix ? lightest_fitting_modes(model, microbatches, recompute, memory_limit_bytes)
+          : std::vector<Recompute>(microbatches.size(), recompute);
+  const bool mixed = std::ranges::any_of(lightest, [&](Recompute m) { return m != recompute; });
+  std::vector<MicroBatch> own(microbatches.begin(), microbatches.end());
+  for (MicroBatch& mb : own) mb.recompute.reset();
+  // The mix first: where it fits, the one mode's problem (more work on every device) is
+  // mostly pruned by its lower bound.
+  for (const bool mix : {true, false}) {
+    if (mix && !mixed) continue;
+    if (!mix && mixed && mix_only) break;
+    std::vector<Recompute> modes;  // the candidates' SearchCandidate::modes
+    for (std::size_t i = 0; i < own.size(); ++i) {
+      if (mix && lightest[i] != recompute) {
+        own[i].recompute = lightest[i];
+      } else {
+        own[i].recompute.reset();
+      }
+    }
+    if (mix) modes = lightest;
+    std::optional<PipelineProblem> plain, interleaved;
+    for (ScheduleKind kind : kinds) {
+      if (make_schedule(kind)->needs_virtual_stages()) {
+        if (interleaved_model == nullptr) continue;
+        if (!interleaved) {
+          const int chunks = interleaved_model->num_stages() / num_devices;
+          interleaved = make_pipeline_problem(*interleaved_model, own, recompute,
+                                              {num_devices, chunks}, memory_limit_bytes);
+        }
+        out.push_back({kind, recompute, *interleaved, modes});
+      } else {
+        if (!plain) {
+          plain = make_pipeline_problem(model, own, recompute, {num_devices, 1},
+                                        memory_limit_bytes);
+        }
+        out.push_back({kind, recompute, *plain, modes});
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<SearchCandidate> make_mode_candidates(ScheduleKind schedule, const CostModel& model,
+                                                  const CostModel* interleaved_model,
+                                                  std::span<const MicroBatch> microbatches,
+                                                  Recompute recompute, int num_devices,
+                                                  std::int64_t memory_limit_bytes, bool mixed,
+                                                  bool mix_only) {
+  const std::vector<ScheduleKind> kinds = schedule == ScheduleKind::Auto
+                                              ? auto_schedule_kinds(model)
+                                              : std::vector<ScheduleKind>{schedule};
+  std::vector<SearchCandidate> candidates;
+  add_mode_candidates(candidates, kinds, model, interleaved_model, microbatches, recompute,
+                      num_devices, memory_limit_bytes, mixed, mix_only);
+  return candidates;
+}
+
 std::vector<SearchCandidate> make_search_candidates(ScheduleKind schedule,
                                                     const CostModel& model,
                                                     const CostModel* interleaved_model,
                                                     std::span<const MicroBatch> microbatches,
                                                     int num_devices,
-                                                    std::int64_t memory_limit_bytes) {
+                                                    std::int64_t memory_limit_bytes, bool mixed) {
   if (num_devices < 1) {
     throw Error(ErrorKind::InvalidArgument,
                 cat("schedule candidates: num_devices must be >= 1, got ", num_devices));
@@ -388,39 +485,22 @@ std::vector<SearchCandidate> make_search_candidates(ScheduleKind schedule,
   const bool everything = schedule == ScheduleKind::Auto;
   const std::vector<ScheduleKind> kinds =
       everything ? auto_schedule_kinds(model) : std::vector<ScheduleKind>{schedule};
-  int chunks = 0;
   if (interleaved_model != nullptr) {
-    chunks = interleaved_model->num_stages() / num_devices;
+    const int chunks = interleaved_model->num_stages() / num_devices;
     if (chunks < 2 || chunks * num_devices != interleaved_model->num_stages()) {
       throw Error(ErrorKind::InvalidArgument,
                   cat("schedule candidates: the interleaved cost model's stages must be a "
                       "multiple >= 2 of the ", num_devices, " devices, got ",
                       interleaved_model->num_stages()));
     }
+  } else if (!everything && make_schedule(schedule)->needs_virtual_stages()) {
+    throw Error(ErrorKind::InvalidArgument,
+                "--schedule interleaved needs virtual stages (chunks >= 2), got none");
   }
   std::vector<SearchCandidate> candidates;
   for (Recompute recompute : kRecomputeModes) {
-    std::optional<PipelineProblem> plain, interleaved;
-    for (ScheduleKind kind : kinds) {
-      if (make_schedule(kind)->needs_virtual_stages()) {
-        if (interleaved_model == nullptr) {
-          if (everything) continue;
-          throw Error(ErrorKind::InvalidArgument,
-                      "--schedule interleaved needs virtual stages (chunks >= 2), got none");
-        }
-        if (!interleaved) {
-          interleaved = make_pipeline_problem(*interleaved_model, microbatches, recompute,
-                                              {num_devices, chunks}, memory_limit_bytes);
-        }
-        candidates.push_back({kind, recompute, *interleaved});
-      } else {
-        if (!plain) {
-          plain = make_pipeline_problem(model, microbatches, recompute, {num_devices, 1},
-                                        memory_limit_bytes);
-        }
-        candidates.push_back({kind, recompute, *plain});
-      }
-    }
+    add_mode_candidates(candidates, kinds, model, interleaved_model, microbatches, recompute,
+                        num_devices, memory_limit_bytes, mixed, /*mix_only=*/false);
   }
   return candidates;
 }

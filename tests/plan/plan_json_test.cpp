@@ -208,6 +208,10 @@ TEST(PlanJsonConfigTest, TensorParallelAndFixedBatchingRoundTrip) {
   plan.config.recompute = Recompute::Selective;
   const ExecutionPlan back = plan_from_json(plan_to_json(plan), "p.json");
   EXPECT_EQ(back.config, plan.config);
+  EXPECT_EQ(plain.find("mixed_recompute"), std::string::npos);
+  plan.config.recompute.reset();
+  plan.config.mixed_recompute = true;  // --recompute per-microbatch
+  EXPECT_EQ(plan_from_json(plan_to_json(plan), "p.json").config, plan.config);
   Json j = Json::parse(plan_to_json(plan));
   j["config"]["recompute"] = "most";
   try {

@@ -129,6 +129,52 @@ TEST(CostBridgeTest, AutoOnTheCpuDeviceLeavesCriticalPathOut) {
   EXPECT_EQ(make_search_candidates(ScheduleKind::CriticalPath, cpu, nullptr, mbs, 4, 0).size(), 3u);
 }
 
+// Each micro-batch's lightest mode under 1F1B's rule, by hand (4 stages, 6 MB; T = 2 ·
+// seqlen tokens; stage s holds static (s + 1) MB + (4 − s) · (stored + 10 T) + peak 100 T,
+// stored = 1000 T · 1 / 0.6 / 0.25): seqlen 128 fits without recomputation, 768 in
+// selective (stage 3: 5.09 MB; none: stage 0 7.36 MB), 1024 in full only (selective:
+// stage 0 6.2 MB), 4096 in none (full: stage 0 10.3 MB), so it gets the ceiling.
+TEST(CostBridgeTest, LightestFittingModesGivesEachMicroBatchItsLightestFit) {
+  const FixedCostModel model(4);
+  const auto mbs = microbatches({128, 768, 1024, 4096});
+  using enum Recompute;
+  EXPECT_EQ(lightest_fitting_modes(model, mbs, Full, 6'000'000),
+            (std::vector<Recompute>{None, Selective, Full, Full}));
+  EXPECT_EQ(lightest_fitting_modes(model, mbs, Selective, 6'000'000),
+            (std::vector<Recompute>{None, Selective, Selective, Selective}));
+  EXPECT_EQ(lightest_fitting_modes(model, mbs, Full, 0), std::vector<Recompute>(4, None));
+}
+
+// With `mixed`, a mode whose micro-batches fit lighter ones gets each schedule on that mix
+// first, then on its own problem; the mix's problem costs each micro-batch in its mode.
+TEST(CostBridgeTest, MixedCandidatesPutTheMixBeforeTheModesOwnProblem) {
+  const FixedCostModel model(4);
+  const auto mbs = microbatches({128, 768, 1024, 4096});
+  const auto one = make_search_candidates(ScheduleKind::OneFOneB, model, nullptr, mbs, 4,
+                                          6'000'000);
+  const auto mixed = make_search_candidates(ScheduleKind::OneFOneB, model, nullptr, mbs, 4,
+                                            6'000'000, /*mixed=*/true);
+  using enum Recompute;
+  ASSERT_EQ(one.size(), 3u);
+  ASSERT_EQ(mixed.size(), 5u);  // none alone (nothing lighter), selective and full mixed
+  EXPECT_EQ(mixed[0].recompute, None);
+  EXPECT_TRUE(mixed[0].modes.empty());
+  EXPECT_EQ(mixed[1].recompute, Selective);
+  EXPECT_EQ(mixed[1].modes, (std::vector<Recompute>{None, Selective, Selective, Selective}));
+  EXPECT_TRUE(mixed[2].modes.empty());
+  EXPECT_EQ(mixed[3].recompute, Full);
+  EXPECT_EQ(mixed[3].modes, (std::vector<Recompute>{None, Selective, Full, Full}));
+  // Micro-batch 0 runs without recomputation in the full mix: the none problem's costs.
+  EXPECT_EQ(mixed[3].problem.costs[0][0].stored_bytes, one[0].problem.costs[0][0].stored_bytes);
+  EXPECT_EQ(mixed[3].problem.costs[1][2].stored_bytes, one[1].problem.costs[1][2].stored_bytes);
+  EXPECT_EQ(mixed[3].problem.costs[2][1].stored_bytes, one[2].problem.costs[2][1].stored_bytes);
+  EXPECT_EQ(mixed[4].problem.costs[0][0].stored_bytes, one[2].problem.costs[0][0].stored_bytes);
+  const auto mix_only = make_mode_candidates(ScheduleKind::OneFOneB, model, nullptr, mbs, Full,
+                                             4, 6'000'000, /*mixed=*/true, /*mix_only=*/true);
+  ASSERT_EQ(mix_only.size(), 1u);
+  EXPECT_EQ(mix_only[0].modes, mixed[3].modes);
+}
+
 TEST(CostBridgeTest, TightMemoryPicksRecomputation) {
   const FixedCostModel model(4);
   const auto mbs = microbatches({512, 512, 512, 512, 512, 512, 512, 512});

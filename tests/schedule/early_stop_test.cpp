@@ -120,8 +120,8 @@ TEST(EarlyStopTest, BuildersStopExactlyAtTheSimulatedMakespanOnRandomProblems) {
 // earlier candidate) and is never simulated; the first is timed by its own build.
 TEST(EarlyStopTest, SearchStopsARepeatedWinnersBuild) {
   const PipelineProblem p = testing::uniform_problem(8, 4, 1.0, 2.0);
-  const std::vector<SearchCandidate> twice = {{ScheduleKind::Zb1p, Recompute::None, p},
-                                              {ScheduleKind::Zb1p, Recompute::None, p}};
+  const std::vector<SearchCandidate> twice = {{ScheduleKind::Zb1p, Recompute::None, p, {}},
+                                              {ScheduleKind::Zb1p, Recompute::None, p, {}}};
   SearchOptions options;
   options.permute = false;
   const SearchResult r = search_schedule(twice, options);
@@ -148,8 +148,8 @@ TEST(EarlyStopTest, WaitFreeCyclicReusesCyclicsOrders) {
       c.bwd_ms *= 1 + mb % 3;
     }
   }
-  std::vector<SearchCandidate> pair = {{ScheduleKind::Cyclic, Recompute::None, p},
-                                       {ScheduleKind::WaitFreeCyclic, Recompute::None, p}};
+  std::vector<SearchCandidate> pair = {{ScheduleKind::Cyclic, Recompute::None, p, {}},
+                                       {ScheduleKind::WaitFreeCyclic, Recompute::None, p, {}}};
   SearchOptions options;
   const SearchResult r = search_schedule(pair, options);
   EXPECT_EQ(r.reused_builds, 8);
@@ -200,7 +200,7 @@ TEST(EarlyStopTest, UnfitTimedBuildsReportTheSameViolation) {
     }
   }
   p.memory_limit_bytes = 25 * kGiB;
-  const std::vector<SearchCandidate> zb1p = {{ScheduleKind::Zb1p, Recompute::None, p}};
+  const std::vector<SearchCandidate> zb1p = {{ScheduleKind::Zb1p, Recompute::None, p, {}}};
   std::string with, without;
   SearchOptions options;
   try {
@@ -226,7 +226,7 @@ TEST(EarlyStopTest, ReplicatedProblemsAreStillRejected) {
   PipelineProblem p = testing::uniform_problem(4, 2, 1.0, 2.0);
   p.stage_replicas = {2, 1};
   p.memory_limit_bytes = 1000;
-  const std::vector<SearchCandidate> zb1p = {{ScheduleKind::Zb1p, Recompute::None, p}};
+  const std::vector<SearchCandidate> zb1p = {{ScheduleKind::Zb1p, Recompute::None, p, {}}};
   try {
     search_schedule(zb1p);
     FAIL() << "expected InvalidArgument";
@@ -254,7 +254,7 @@ TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
     std::vector<SearchCandidate> candidates;
     for (ScheduleKind kind : schedule_kinds()) {
       const bool virtual_stages = make_schedule(kind)->needs_virtual_stages();
-      candidates.push_back({kind, Recompute::None, virtual_stages ? interleaved : plain});
+      candidates.push_back({kind, Recompute::None, virtual_stages ? interleaved : plain, {}});
     }
     SearchOptions fast;
     fast.random_orders = static_cast<int>(rng.uniform_int(0, 3));

@@ -108,6 +108,11 @@ struct BatchingOptions {
   // costed and fitted with them.
   std::vector<int> in_flight = {};
   double bubble_weight = 1.0;
+  // dynapipe, with no fixed `recompute`: true runs one DP whose segments each cost their
+  // time in the lightest mode whose memory rule they fit, as the schedule search then runs
+  // them (lightest_fitting_modes(); docs/batching.md, "Recompute per micro-batch"). false
+  // (default): one DP per mode, every segment in that mode.
+  bool mixed_recompute = false;
   // T5 ordering bucket width in input tokens (order_samples()), >= 0.
   // 0 (default) = max_seqlen / 32 rounded up to seqlen_multiple (64 for 2048).
   std::int64_t t5_bucket_tokens = 0;

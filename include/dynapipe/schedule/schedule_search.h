@@ -33,8 +33,11 @@ namespace dynapipe {
 
 struct SearchCandidate {
   ScheduleKind schedule = ScheduleKind::OneFOneB;  // a concrete schedule (not Auto)
-  Recompute recompute = Recompute::None;
-  PipelineProblem problem;               // costs under `recompute`, layout for `schedule`
+  Recompute recompute = Recompute::None;  // the heaviest mode any micro-batch runs in
+  PipelineProblem problem;               // costs under `modes`, layout for `schedule`
+  // Per micro-batch (by id), where they differ from `recompute`: the mode each runs in
+  // (lightest_fitting_modes()); empty: every micro-batch in `recompute`.
+  std::vector<Recompute> modes;
 };
 
 struct SearchOptions {
@@ -88,6 +91,7 @@ struct SearchResult {
   bool found = true;            // false only where nothing beat SearchOptions::beat_ms
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   Recompute recompute = Recompute::None;
+  std::vector<Recompute> modes;  // the winner's SearchCandidate::modes
   int candidate = 0;            // index into the candidates given
   // Injection order: position i ran micro-batch mb_order[i]. The order and the
   // simulation below already use the original ids (op.mb = the micro-batch id), so a
@@ -127,6 +131,16 @@ PipelineProblem make_pipeline_problem(const CostModel& model,
                                       Recompute recompute, const PipelineLayout& layout,
                                       std::int64_t memory_limit_bytes);
 
+// Per micro-batch (by id): the lightest mode up to `ceiling` in which its copies fit
+// 1F1B's rule on every stage s of `model` (static bytes + (p − s) · held + its peak within
+// `memory_limit_bytes`; 0: no limit), else `ceiling`. A lighter mode stores more and
+// recomputes less: micro-batches small enough run faster in it beside heavier ones that
+// need the ceiling's memory savings. The schedule's simulation, not this rule, decides
+// whether a plan fits.
+std::vector<Recompute> lightest_fitting_modes(const CostModel& model,
+                                              std::span<const MicroBatch> microbatches,
+                                              Recompute ceiling, std::int64_t memory_limit_bytes);
+
 // The schedules `--schedule auto` searches for plans costed by `model`: schedule_kinds(),
 // but on the CPU device (a cost model whose device is "cpu": analytic:cpu, a profile taken
 // on this runtime) without critical-path. Its eager forwards keep more activations alive
@@ -137,8 +151,9 @@ PipelineProblem make_pipeline_problem(const CostModel& model,
 std::vector<ScheduleKind> auto_schedule_kinds(const CostModel& model);
 
 // Candidates for `--schedule` `schedule` (Auto = auto_schedule_kinds(model)) x the three
-// recompute modes. `model` is built for num_devices stages; `interleaved_model`, when
-// non-null, for num_devices * chunks stages (chunks >= 2) and is used only for
+// recompute modes; with `mixed`, for a mode in which some micro-batches fit a lighter one
+// (lightest_fitting_modes()), each schedule also on that mix, before the mode's own.
+// `model` is built for num_devices stages; `interleaved_model`, when non-null, for num_devices * chunks stages (chunks >= 2) and is used only for
 // Interleaved. Interleaved without an interleaved_model is skipped under Auto and
 // InvalidArgument when asked for by name.
 std::vector<SearchCandidate> make_search_candidates(ScheduleKind schedule,
@@ -146,6 +161,17 @@ std::vector<SearchCandidate> make_search_candidates(ScheduleKind schedule,
                                                     const CostModel* interleaved_model,
                                                     std::span<const MicroBatch> microbatches,
                                                     int num_devices,
-                                                    std::int64_t memory_limit_bytes);
+                                                    std::int64_t memory_limit_bytes,
+                                                    bool mixed = false);
+
+// make_search_candidates() for one recompute mode (with `mixed` its mix, then its own
+// problem, or with mix_only the mix alone where there is one), without the argument
+// checks; interleaved is skipped without an interleaved model.
+std::vector<SearchCandidate> make_mode_candidates(ScheduleKind schedule, const CostModel& model,
+                                                  const CostModel* interleaved_model,
+                                                  std::span<const MicroBatch> microbatches,
+                                                  Recompute recompute, int num_devices,
+                                                  std::int64_t memory_limit_bytes, bool mixed,
+                                                  bool mix_only);
 
 }  // namespace dynapipe
