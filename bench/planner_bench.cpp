@@ -7,7 +7,7 @@
 // Names: <part>/<model>/pp<p>/seq<max seqlen>/tok<global batch tokens>/<memory GiB>G
 // [/short<L>: only samples of at most L tokens, ~500 per batch][/tp<T>/<cost model>: the
 // measured A100 tables, where the DP has no pruning bounds (CostModel::monotone(),
-// subadditive()) and runs exact on them].
+// subadditive()) and runs exact on them][/per_microbatch: `--recompute per-microbatch`].
 // <part>: plan = everything; plan_noverify = PlannerOptions::verify off; batching =
 // make_microbatches() alone with the planner's options (the DP's share); plan_ahead = the
 // kBatches batches planned at once on one thread per hardware thread (plan_many(), as
@@ -55,6 +55,7 @@ struct Setting {
   // samples (~500 per 65,536 tokens at 256); 0: every sample.
   std::int64_t short_only = 0;
   int tp = 1;
+  bool mixed_recompute = false;  // --recompute per-microbatch
 };
 
 PlanConfig config_of(const Setting& s) {
@@ -68,6 +69,7 @@ PlanConfig config_of(const Setting& s) {
   config.max_target_len = s.max_seqlen;  // the CLI's default
   config.global_batch_tokens = s.tokens;
   config.memory_limit_gib = s.memory_gib;
+  config.mixed_recompute = s.mixed_recompute;
   return config;
 }
 
@@ -95,6 +97,7 @@ void run(benchmark::State& state, const Setting& setting, Part part) {
   batching.memory_limit_bytes = gib_to_bytes(config.memory_limit_gib);
   batching.max_seqlen = config.max_seqlen;
   batching.max_target_len = config.max_target_len;
+  batching.mixed_recompute = config.mixed_recompute;
 
   std::size_t next = 0;
   double microbatches = 0, samples = 0, est_ms = 0;
@@ -150,7 +153,8 @@ void add(const Setting& s, Part part) {
                            std::to_string(s.tokens) + "/" +
                            std::to_string(static_cast<int>(s.memory_gib)) + "G" +
                            (s.short_only > 0 ? "/short" + std::to_string(s.short_only) : "") +
-                           (s.tp > 1 ? "/tp" + std::to_string(s.tp) + "/" + s.cost_model : "");
+                           (s.tp > 1 ? "/tp" + std::to_string(s.tp) + "/" + s.cost_model : "") +
+                           (s.mixed_recompute ? "/per_microbatch" : "");
   benchmark::RegisterBenchmark(name.c_str(), [s, part](benchmark::State& st) { run(st, s, part); })
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
@@ -172,6 +176,15 @@ void register_all() {
     Setting s = base;
     s.short_only = 256;
     for (Part part : {Part::Plan, Part::Batching, Part::PlanAhead}) add(s, part);
+  }
+  // Each micro-batch in its own recompute mode: what the opt-in costs.
+  for (const Setting& base : {gpt, t5}) {
+    for (const std::int64_t short_only : {0, 256}) {
+      Setting s = base;
+      s.short_only = short_only;
+      s.mixed_recompute = true;
+      add(s, Part::Plan);
+    }
   }
   // The authors' measured A100 tables (the paper regime's layout for GPT-6.7B at 2048).
   add({"gpt-6.7b", 4, 2048, 65536, 35.16, "a100-measured", 0, 2}, Part::Plan);

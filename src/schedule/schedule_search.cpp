@@ -404,54 +404,68 @@ std::vector<Recompute> lightest_fitting_modes(const CostModel& model,
 
 namespace {
 
+// Each of `kinds` on the problem of `microbatches` (each in recompute_of(mb, recompute));
+// `modes` is the candidates' SearchCandidate::modes. Kinds that need virtual stages are
+// skipped without an interleaved model.
+void add_kinds(std::vector<SearchCandidate>& out, std::span<const ScheduleKind> kinds,
+               const CostModel& model, const CostModel* interleaved_model,
+               std::span<const MicroBatch> microbatches, Recompute recompute, int num_devices,
+               std::int64_t memory_limit_bytes, const std::vector<Recompute>& modes) {
+  std::optional<PipelineProblem> plain, interleaved;
+  for (ScheduleKind kind : kinds) {
+    if (make_schedule(kind)->needs_virtual_stages()) {
+      if (interleaved_model == nullptr) continue;
+      if (!interleaved) {
+        const int chunks = interleaved_model->num_stages() / num_devices;
+        interleaved = make_pipeline_problem(*interleaved_model, microbatches, recompute,
+                                            {num_devices, chunks}, memory_limit_bytes);
+      }
+      out.push_back({kind, recompute, *interleaved, modes});
+    } else {
+      if (!plain) {
+        plain = make_pipeline_problem(model, microbatches, recompute, {num_devices, 1},
+                                      memory_limit_bytes);
+      }
+      out.push_back({kind, recompute, *plain, modes});
+    }
+  }
+}
+
 // make_search_candidates() for one recompute mode: with `mix`, where some micro-batch fits
 // a lighter mode (lightest_fitting_modes()), each kind on the problem of those modes; then
 // (unless mix_only and there was a mix) each kind on the problem of every micro-batch in
-// `recompute`. Kinds that need
-// virtual stages are skipped without an interleaved model.
+// `recompute`.
 void add_mode_candidates(std::vector<SearchCandidate>& out, std::span<const ScheduleKind> kinds,
                          const CostModel& model, const CostModel* interleaved_model,
                          std::span<const MicroBatch> microbatches, Recompute recompute,
                          int num_devices, std::int64_t memory_limit_bytes, bool mix,
                          bool mix_only) {
-  const std::vector<Recompute> lightest =
-      mix ? lightest_fitting_modes(model, microbatches, recompute, memory_limit_bytes)
-          : std::vector<Recompute>(microbatches.size(), recompute);
-  const bool mixed = std::ranges::any_of(lightest, [&](Recompute m) { return m != recompute; });
-  std::vector<MicroBatch> own(microbatches.begin(), microbatches.end());
-  for (MicroBatch& mb : own) mb.recompute.reset();
-  // The mix first: where it fits, the one mode's problem (more work on every device) is
-  // mostly pruned by its lower bound.
-  for (const bool mix : {true, false}) {
-    if (mix && !mixed) continue;
-    if (!mix && mixed && mix_only) break;
-    std::vector<Recompute> modes;  // the candidates' SearchCandidate::modes
-    for (std::size_t i = 0; i < own.size(); ++i) {
-      if (mix && lightest[i] != recompute) {
-        own[i].recompute = lightest[i];
-      } else {
-        own[i].recompute.reset();
+  if (mix) {
+    const std::vector<Recompute> lightest =
+        lightest_fitting_modes(model, microbatches, recompute, memory_limit_bytes);
+    if (std::ranges::any_of(lightest, [&](Recompute m) { return m != recompute; })) {
+      std::vector<MicroBatch> mixed(microbatches.begin(), microbatches.end());
+      for (std::size_t i = 0; i < mixed.size(); ++i) {
+        mixed[i].recompute = lightest[i];
+        if (lightest[i] == recompute) mixed[i].recompute.reset();
       }
+      // The mix first: where it fits, the one mode's problem (more work on every device)
+      // is mostly pruned by its lower bound.
+      add_kinds(out, kinds, model, interleaved_model, mixed, recompute, num_devices,
+                memory_limit_bytes, lightest);
+      if (mix_only) return;
     }
-    if (mix) modes = lightest;
-    std::optional<PipelineProblem> plain, interleaved;
-    for (ScheduleKind kind : kinds) {
-      if (make_schedule(kind)->needs_virtual_stages()) {
-        if (interleaved_model == nullptr) continue;
-        if (!interleaved) {
-          const int chunks = interleaved_model->num_stages() / num_devices;
-          interleaved = make_pipeline_problem(*interleaved_model, own, recompute,
-                                              {num_devices, chunks}, memory_limit_bytes);
-        }
-        out.push_back({kind, recompute, *interleaved, modes});
-      } else {
-        if (!plain) {
-          plain = make_pipeline_problem(model, own, recompute, {num_devices, 1},
-                                        memory_limit_bytes);
-        }
-        out.push_back({kind, recompute, *plain, modes});
-      }
-    }
+  }
+  // Every micro-batch in `recompute`: modes the micro-batches carry (a plan's) are dropped.
+  const auto carries_mode = [](const MicroBatch& mb) { return mb.recompute.has_value(); };
+  if (std::ranges::any_of(microbatches, carries_mode)) {
+    std::vector<MicroBatch> own(microbatches.begin(), microbatches.end());
+    for (MicroBatch& mb : own) mb.recompute.reset();
+    add_kinds(out, kinds, model, interleaved_model, own, recompute, num_devices,
+              memory_limit_bytes, {});
+  } else {
+    add_kinds(out, kinds, model, interleaved_model, microbatches, recompute, num_devices,
+              memory_limit_bytes, {});
   }
 }
 
