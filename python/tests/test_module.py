@@ -203,6 +203,21 @@ def test_planning_releases_the_gil(source_dir):
     assert stalled < 0.5 * busy, (stalled, busy)
 
 
+def test_per_microbatch_recompute_mixes_modes():
+    # a few long samples need full recomputation at 40 GiB; per micro-batch, the short
+    # ones run lighter and the iteration plans faster than with one mode for all
+    inputs, targets = [4000] * 3 + [3000] * 4 + [120] * 60 + [900] * 10, [0] * 77
+    one = dynapipe.Planner(model="gpt-6.7b", pp=4, memory_limit_gib=40, max_seqlen=4096)
+    mixed = dynapipe.Planner(model="gpt-6.7b", pp=4, memory_limit_gib=40, max_seqlen=4096,
+                             recompute="per-microbatch")
+    before, after = one.plan(inputs, targets), mixed.plan(inputs, targets)
+    assert {mb.recompute for mb in before.microbatches} == {"full"}
+    assert {mb.recompute for mb in after.microbatches} == {"none", "selective", "full"}
+    assert after.est_iteration_ms < before.est_iteration_ms
+    with pytest.raises(dynapipe.InvalidArgument, match="per-microbatch"):
+        dynapipe.Planner(model="gpt-6.7b", recompute="per-batch")
+
+
 def test_cost_model_queries():
     planner = dynapipe.Planner(model="gpt-6.7b", pp=4, memory_limit_gib=40)
     assert planner.cost_model == "analytic:a100-40g" and planner.num_stages == 4
