@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <ranges>
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/rng.h"
@@ -163,6 +164,17 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       it = schedules.emplace(candidate.schedule, make_schedule(candidate.schedule)).first;
     }
     const Schedule& schedule = *it->second;
+    // The same schedule on the same problem as an earlier candidate (per-micro-batch
+    // recompute's mixes often equal a lighter mode's: every micro-batch fits it) ends as
+    // that one did, and ties keep the earlier one.
+    const auto same = [&](int earlier) {
+      return candidates[earlier].schedule == candidate.schedule &&
+             candidates[earlier].problem == candidate.problem;
+    };
+    if (std::ranges::any_of(std::views::iota(0, ci), same)) {
+      ++result.duplicates;
+      continue;
+    }
     // No order of this candidate can beat the best so far (ties keep the earlier one).
     if (makespan_lower_bound_ms(candidate.problem) >= to_beat()) {
       ++result.pruned;

@@ -61,6 +61,33 @@ TEST(ScheduleSearchTest, TiesKeepTheEarlierCandidate) {
   EXPECT_EQ(r.schedule, ScheduleKind::GPipe);  // same makespan; gpipe was listed first
 }
 
+TEST(ScheduleSearchTest, SkipsASchedulesRepeatOnTheSameProblem) {
+  // Per-micro-batch recompute's mixes often equal a lighter mode's problem: the repeat
+  // ends as the first did, so it is not built again, and the result is the same.
+  const PipelineProblem p = heterogeneous_problem();
+  const std::vector<SearchCandidate> once = candidates_for({"1f1b", "zb1p"}, p);
+  std::vector<SearchCandidate> twice = once;
+  for (SearchCandidate c : candidates_for({"zb1p", "1f1b"}, p)) {
+    c.recompute = Recompute::Selective;  // another mode's label, the same costs
+    twice.push_back(c);
+  }
+  const SearchResult a = search_schedule(once), b = search_schedule(twice);
+  EXPECT_EQ(a.duplicates, 0);
+  EXPECT_EQ(b.duplicates, 2);
+  EXPECT_EQ(b.candidate, a.candidate);
+  EXPECT_EQ(b.recompute, Recompute::None);
+  EXPECT_EQ(b.sim.makespan_ms, a.sim.makespan_ms);
+  EXPECT_EQ(b.order.device_ops, a.order.device_ops);
+  EXPECT_EQ(b.simulations + b.unsimulated + b.stopped_builds + b.pruned,
+            a.simulations + a.unsimulated + a.stopped_builds + a.pruned);
+  // Other costs are another problem, searched (or pruned by its bound).
+  PipelineProblem heavier = p;
+  for (auto& c : heavier.costs[0]) c.fwd_ms += 0.5;
+  std::vector<SearchCandidate> other = once;
+  other.push_back(candidates_for({"zb1p"}, heavier).front());
+  EXPECT_EQ(search_schedule(other).duplicates, 0);
+}
+
 TEST(ScheduleSearchTest, SkipsCandidatesThatDoNotFit) {
   PipelineProblem p = uniform_problem(8, 4, 1.0, 2.0);
   p.memory_limit_bytes = 250;

@@ -105,6 +105,7 @@ struct SearchResult {
   int reused_builds = 0;        // wait-free-cyclic orders taken from cyclic's
   int unsimulated = 0;          // finished timed builds, timed by their builder
   int pruned = 0;               // candidates skipped: their lower bound >= the best found
+  int duplicates = 0;           // candidates skipped: an earlier one had their schedule and problem
   std::vector<std::string> rejected;  // one line per candidate that did not apply or fit
 };
 
