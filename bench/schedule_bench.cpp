@@ -5,6 +5,7 @@
 //   build/schedule_bench --benchmark_filter=Simulate
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -83,10 +84,11 @@ void BM_Search(benchmark::State& state) {
       {Recompute::None, 1.0}, {Recompute::Selective, 1.1}, {Recompute::Full, 1.33}};
   for (const auto& [recompute, factor] : modes) {
     for (ScheduleKind kind : schedule_kinds()) {
-      candidates.push_back(
-          {kind, recompute,
-           bench_problem(m, devices, kind == ScheduleKind::Interleaved ? 2 : 1, factor),
-           {}});
+      candidates.push_back({kind,
+                            recompute,
+                            std::make_shared<const PipelineProblem>(bench_problem(
+                                m, devices, kind == ScheduleKind::Interleaved ? 2 : 1, factor)),
+                            {}});
     }
   }
   int simulations = 0;

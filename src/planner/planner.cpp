@@ -316,9 +316,8 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     const std::vector<MicroBatch>& microbatches = choice.replicas[r].microbatches;
     const std::vector<SearchCandidate>& candidates = choice.replicas[r].candidates;
     const SearchResult& best = choice.replicas[r].best;
-    const SearchCandidate& chosen = candidates[best.candidate];
-    const CostModel& stage_model =
-        chosen.problem.layout.chunks > 1 ? *m.interleaved_cost : *m.cost;
+    const PipelineProblem& chosen = *candidates[best.candidate].problem;
+    const CostModel& stage_model = chosen.layout.chunks > 1 ? *m.interleaved_cost : *m.cost;
 
     DYNAPIPE_CHECK(!m.config.recompute || best.recompute == *m.config.recompute,
                    cat("iteration ", batch.index, " planned recompute ", recompute_name(best.recompute),
@@ -335,7 +334,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     replica.timeline = best.sim.timeline;
     for (const MicroBatch& mb : microbatches) {
       MicroBatchEstimate estimate;
-      for (const StageCost& c : chosen.problem.costs[mb.id]) {
+      for (const StageCost& c : chosen.costs[mb.id]) {
         estimate.fwd_ms.push_back(c.fwd_ms);
         estimate.bwd_ms.push_back(c.bwd_ms);
         estimate.activation_bytes.push_back(c.stored_bytes);
@@ -348,7 +347,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
     LoweringInput lowering;
     lowering.model = m.config.model.kind;
     lowering.hidden = m.config.model.hidden;
-    lowering.layout = chosen.problem.layout;
+    lowering.layout = chosen.layout;
     for (const MicroBatch& mb : microbatches) lowering.microbatches.push_back(mb.shape);
     lowering.stages = stage_model.stages();
     lowering.replica = static_cast<int>(r);
@@ -363,7 +362,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
       // Estimates of the ranks as they run: makespan, and per stage its largest
       // stage-replica peak (est_peak_memory_bytes stays [device]).
       const SimResult ranks_sim =
-          simulate_stage_replicas(chosen.problem, best.order, m.config.stage_replicas);
+          simulate_stage_replicas(chosen, best.order, m.config.stage_replicas);
       replica.est_iteration_ms = ranks_sim.makespan_ms;
       std::size_t rank = 0;
       for (int d = 0; d < m.config.pp; ++d) {
@@ -379,8 +378,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
               .pp = m.config.pp, .dp = m.config.dp, .stage_replicas = m.config.stage_replicas});
     }
     if (m.options.verify) {
-      verify_replica(replica, chosen.problem, stage_model, m.memory_limit_bytes,
-                     m.config.stage_replicas);
+      verify_replica(replica, chosen, stage_model, m.memory_limit_bytes, m.config.stage_replicas);
     }
     iteration.est_iteration_ms = std::max(iteration.est_iteration_ms, replica.est_iteration_ms);
     iteration.replicas.push_back(std::move(replica));

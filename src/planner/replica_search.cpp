@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 
 #include "dynapipe/batching/replica_balancer.h"
 #include "dynapipe/core/strings.h"
@@ -81,7 +82,18 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     search_options.searched_orders = how.searched_orders;
     search_options.beat_ms = how.beat_ms;
     auto with_vertical_sync = [&](std::vector<SearchCandidate> candidates) {
-      for (SearchCandidate& c : candidates) c.problem.vertical_sync = m.config.vertical_sync;
+      // The candidates of one problem share it: each problem copied once.
+      std::shared_ptr<const PipelineProblem> from, to;
+      for (SearchCandidate& c : candidates) {
+        if (c.problem->vertical_sync == m.config.vertical_sync) continue;
+        if (c.problem != from) {
+          from = c.problem;
+          PipelineProblem synced = *from;
+          synced.vertical_sync = m.config.vertical_sync;
+          to = std::make_shared<const PipelineProblem>(std::move(synced));
+        }
+        c.problem = to;
+      }
       return candidates;
     };
     auto all_candidates = [&] {

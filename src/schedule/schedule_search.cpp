@@ -158,7 +158,12 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
 
   for (int ci = 0; ci < static_cast<int>(candidates.size()); ++ci) {
     const SearchCandidate& candidate = candidates[ci];
-    candidate.problem.validate();
+    if (candidate.problem == nullptr) {
+      throw Error(ErrorKind::InvalidArgument,
+                  cat("schedule search: candidate ", ci, " must have a problem, got none"));
+    }
+    // Candidates of one problem share it: validated once.
+    if (ci == 0 || candidates[ci - 1].problem != candidate.problem) candidate.problem->validate();
     auto it = schedules.find(candidate.schedule);
     if (it == schedules.end()) {
       it = schedules.emplace(candidate.schedule, make_schedule(candidate.schedule)).first;
@@ -168,37 +173,38 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     // recompute's mixes often equal a lighter mode's: every micro-batch fits it) ends as
     // that one did, and ties keep the earlier one.
     const auto same = [&](int earlier) {
-      return candidates[earlier].schedule == candidate.schedule &&
-             candidates[earlier].problem == candidate.problem;
+      const SearchCandidate& other = candidates[earlier];
+      return other.schedule == candidate.schedule &&
+             (other.problem == candidate.problem || *other.problem == *candidate.problem);
     };
-    if (std::ranges::any_of(std::views::iota(0, ci), same)) {
+    if (options.shortcuts && std::ranges::any_of(std::views::iota(0, ci), same)) {
       ++result.duplicates;
       continue;
     }
     // No order of this candidate can beat the best so far (ties keep the earlier one).
-    if (makespan_lower_bound_ms(candidate.problem) >= to_beat()) {
+    if (makespan_lower_bound_ms(*candidate.problem) >= to_beat()) {
       ++result.pruned;
       continue;
     }
     const std::string label =
         cat(schedule_kind_name(candidate.schedule), ", recompute ", recompute_name(candidate.recompute));
     const bool permute = options.permute && (schedule.adaptive() || options.permute_fixed);
-    std::vector<std::vector<int>> orders = micro_batch_orders(candidate.problem, permute, options);
+    std::vector<std::vector<int>> orders = micro_batch_orders(*candidate.problem, permute, options);
     if (options.searched_orders > 0) {  // the earlier search's orders lead the list
       SearchOptions earlier = options;
       earlier.max_orders = options.searched_orders;
       earlier.random_orders = 0;
-      const std::size_t searched = micro_batch_orders(candidate.problem, permute, earlier).size();
+      const std::size_t searched = micro_batch_orders(*candidate.problem, permute, earlier).size();
       orders.erase(orders.begin(), orders.begin() + static_cast<std::ptrdiff_t>(searched));
     }
     // wait-free-cyclic right after cyclic on an equal problem (make_search_candidates'
     // order) takes cyclic's orders, barriers dropped, rather than building them again.
     const bool keep_cyclic = options.shortcuts && candidate.schedule == ScheduleKind::Cyclic;
     const bool reuse_cyclic = options.shortcuts &&
-                              candidate.schedule == ScheduleKind::WaitFreeCyclic &&
-                              ci > 0 && cyclic_candidate == ci - 1 &&
-                              cyclic_mb_orders == orders &&
-                              candidates[ci - 1].problem == candidate.problem;
+                              candidate.schedule == ScheduleKind::WaitFreeCyclic && ci > 0 &&
+                              cyclic_candidate == ci - 1 && cyclic_mb_orders == orders &&
+                              (candidates[ci - 1].problem == candidate.problem ||
+                               *candidates[ci - 1].problem == *candidate.problem);
     if (keep_cyclic) {
       cyclic_candidate = ci;
       cyclic_mb_orders = orders;
@@ -208,14 +214,14 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     // The given order alone (quick searches, fixed schedules): no permuted copy.
     const bool given_only =
         orders.size() == 1 && std::is_sorted(orders.front().begin(), orders.front().end());
-    PipelineProblem permuted = given_only ? PipelineProblem{} : candidate.problem;
-    const PipelineProblem& problem = given_only ? candidate.problem : permuted;
+    PipelineProblem permuted = given_only ? PipelineProblem{} : *candidate.problem;
+    const PipelineProblem& problem = given_only ? *candidate.problem : permuted;
     bool fitted = false;
     std::int64_t candidate_excess = -1;
     for (const std::vector<int>& mb_order : orders) {
       if (!given_only) {
         for (std::size_t i = 0; i < mb_order.size(); ++i) {
-          permuted.costs[i] = candidate.problem.costs[mb_order[i]];
+          permuted.costs[i] = candidate.problem->costs[mb_order[i]];
         }
       }
       // Once something fits, a build or run stops where it can no longer beat it.
@@ -307,7 +313,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     }
     DYNAPIPE_CHECK(smallest.has_value(), "schedule search: nothing fits but no violation recorded");
     const SearchCandidate& worst = candidates[smallest->candidate];
-    const double limit_gib = bytes_to_gib(worst.problem.memory_limit_bytes);
+    const double limit_gib = bytes_to_gib(worst.problem->memory_limit_bytes);
     const double need_gib = bytes_to_gib(smallest->peak_bytes);
     // One decimal unless that would print the need as the limit itself.
     const int decimals = need_gib - limit_gib < 0.1 ? 3 : 1;
@@ -327,10 +333,10 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   if (!options.record_winner && given_order) {
     // The same problem and order as the recording run would simulate: the same result
     // but for the timeline and transfers. It ran unchecked: check it now.
-    simulator.check(winner.problem, best_schedule);
+    simulator.check(*winner.problem, best_schedule);
     result.sim = std::move(best_sim);
   } else {
-    simulator.run(winner.problem, best_schedule, SimOptions{.record = options.record_winner},
+    simulator.run(*winner.problem, best_schedule, SimOptions{.record = options.record_winner},
                   &result.sim);
     ++result.simulations;
   }
@@ -423,22 +429,23 @@ void add_kinds(std::vector<SearchCandidate>& out, std::span<const ScheduleKind> 
                const CostModel& model, const CostModel* interleaved_model,
                std::span<const MicroBatch> microbatches, Recompute recompute, int num_devices,
                std::int64_t memory_limit_bytes, const std::vector<Recompute>& modes) {
-  std::optional<PipelineProblem> plain, interleaved;
+  std::shared_ptr<const PipelineProblem> plain, interleaved;
   for (ScheduleKind kind : kinds) {
     if (make_schedule(kind)->needs_virtual_stages()) {
       if (interleaved_model == nullptr) continue;
       if (!interleaved) {
         const int chunks = interleaved_model->num_stages() / num_devices;
-        interleaved = make_pipeline_problem(*interleaved_model, microbatches, recompute,
-                                            {num_devices, chunks}, memory_limit_bytes);
+        interleaved = std::make_shared<const PipelineProblem>(
+            make_pipeline_problem(*interleaved_model, microbatches, recompute,
+                                  {num_devices, chunks}, memory_limit_bytes));
       }
-      out.push_back({kind, recompute, *interleaved, modes});
+      out.push_back({kind, recompute, interleaved, modes});
     } else {
       if (!plain) {
-        plain = make_pipeline_problem(model, microbatches, recompute, {num_devices, 1},
-                                      memory_limit_bytes);
+        plain = std::make_shared<const PipelineProblem>(make_pipeline_problem(
+            model, microbatches, recompute, {num_devices, 1}, memory_limit_bytes));
       }
-      out.push_back({kind, recompute, *plain, modes});
+      out.push_back({kind, recompute, plain, modes});
     }
   }
 }

@@ -102,7 +102,7 @@ TEST(CostBridgeTest, AutoCandidatesCoverScheduleTimesRecompute) {
   auto with = make_search_candidates(ScheduleKind::Auto, model, &interleaved, mbs, 4, 0);
   ASSERT_EQ(with.size(), 7u * 3u);
   EXPECT_EQ(with[2].schedule, ScheduleKind::Interleaved);
-  EXPECT_EQ(with[2].problem.layout.chunks, 2);
+  EXPECT_EQ(with[2].problem->layout.chunks, 2);
   EXPECT_EQ(with[6].schedule, ScheduleKind::CriticalPath);
   EXPECT_EQ(with[7].recompute, Recompute::Selective);
   const SearchResult r = search_schedule(with);
@@ -165,10 +165,10 @@ TEST(CostBridgeTest, MixedCandidatesPutTheMixBeforeTheModesOwnProblem) {
   EXPECT_EQ(mixed[3].recompute, Full);
   EXPECT_EQ(mixed[3].modes, (std::vector<Recompute>{None, Selective, Full, Full}));
   // Micro-batch 0 runs without recomputation in the full mix: the none problem's costs.
-  EXPECT_EQ(mixed[3].problem.costs[0][0].stored_bytes, one[0].problem.costs[0][0].stored_bytes);
-  EXPECT_EQ(mixed[3].problem.costs[1][2].stored_bytes, one[1].problem.costs[1][2].stored_bytes);
-  EXPECT_EQ(mixed[3].problem.costs[2][1].stored_bytes, one[2].problem.costs[2][1].stored_bytes);
-  EXPECT_EQ(mixed[4].problem.costs[0][0].stored_bytes, one[2].problem.costs[0][0].stored_bytes);
+  EXPECT_EQ(mixed[3].problem->costs[0][0].stored_bytes, one[0].problem->costs[0][0].stored_bytes);
+  EXPECT_EQ(mixed[3].problem->costs[1][2].stored_bytes, one[1].problem->costs[1][2].stored_bytes);
+  EXPECT_EQ(mixed[3].problem->costs[2][1].stored_bytes, one[2].problem->costs[2][1].stored_bytes);
+  EXPECT_EQ(mixed[4].problem->costs[0][0].stored_bytes, one[2].problem->costs[0][0].stored_bytes);
   const auto mix_only = make_mode_candidates(ScheduleKind::OneFOneB, model, nullptr, mbs, Full,
                                              4, 6'000'000, /*mixed=*/true, /*mix_only=*/true);
   ASSERT_EQ(mix_only.size(), 1u);

@@ -116,12 +116,16 @@ TEST(EarlyStopTest, BuildersStopExactlyAtTheSimulatedMakespanOnRandomProblems) {
   }
 }
 
-// A repeat of the winner ties with it, so its build stops at its last op (ties keep the
-// earlier candidate) and is never simulated; the first is timed by its own build.
+// A twin of the winner (other bytes, the same times) ties with it, so its build stops at
+// its last op (ties keep the earlier candidate) and is never simulated; the first is
+// timed by its own build. (An exact repeat is not built at all: SearchResult::duplicates.)
 TEST(EarlyStopTest, SearchStopsARepeatedWinnersBuild) {
   const PipelineProblem p = testing::uniform_problem(8, 4, 1.0, 2.0);
-  const std::vector<SearchCandidate> twice = {{ScheduleKind::Zb1p, Recompute::None, p, {}},
-                                              {ScheduleKind::Zb1p, Recompute::None, p, {}}};
+  PipelineProblem twin = p;
+  twin.costs[0][0].peak_bytes += 1;
+  const std::vector<SearchCandidate> twice = {
+      {ScheduleKind::Zb1p, Recompute::None, testing::shared(p), {}},
+      {ScheduleKind::Zb1p, Recompute::None, testing::shared(twin), {}}};
   SearchOptions options;
   options.permute = false;
   const SearchResult r = search_schedule(twice, options);
@@ -148,8 +152,9 @@ TEST(EarlyStopTest, WaitFreeCyclicReusesCyclicsOrders) {
       c.bwd_ms *= 1 + mb % 3;
     }
   }
-  std::vector<SearchCandidate> pair = {{ScheduleKind::Cyclic, Recompute::None, p, {}},
-                                       {ScheduleKind::WaitFreeCyclic, Recompute::None, p, {}}};
+  std::vector<SearchCandidate> pair = {
+      {ScheduleKind::Cyclic, Recompute::None, testing::shared(p), {}},
+      {ScheduleKind::WaitFreeCyclic, Recompute::None, testing::shared(p), {}}};
   SearchOptions options;
   const SearchResult r = search_schedule(pair, options);
   EXPECT_EQ(r.reused_builds, 8);
@@ -162,7 +167,9 @@ TEST(EarlyStopTest, WaitFreeCyclicReusesCyclicsOrders) {
   EXPECT_EQ(r.order.op_cycle, slow.order.op_cycle);
   EXPECT_EQ(r.sim.makespan_ms, slow.sim.makespan_ms);
   // Not after an unequal problem.
-  pair[1].problem.costs[0][0].fwd_ms += 0.5;
+  PipelineProblem unequal = p;
+  unequal.costs[0][0].fwd_ms += 0.5;
+  pair[1].problem = testing::shared(unequal);
   EXPECT_EQ(search_schedule(pair).reused_builds, 0);
 }
 
@@ -200,7 +207,8 @@ TEST(EarlyStopTest, UnfitTimedBuildsReportTheSameViolation) {
     }
   }
   p.memory_limit_bytes = 25 * kGiB;
-  const std::vector<SearchCandidate> zb1p = {{ScheduleKind::Zb1p, Recompute::None, p, {}}};
+  const std::vector<SearchCandidate> zb1p = {
+      {ScheduleKind::Zb1p, Recompute::None, testing::shared(p), {}}};
   std::string with, without;
   SearchOptions options;
   try {
@@ -226,7 +234,8 @@ TEST(EarlyStopTest, ReplicatedProblemsAreStillRejected) {
   PipelineProblem p = testing::uniform_problem(4, 2, 1.0, 2.0);
   p.stage_replicas = {2, 1};
   p.memory_limit_bytes = 1000;
-  const std::vector<SearchCandidate> zb1p = {{ScheduleKind::Zb1p, Recompute::None, p, {}}};
+  const std::vector<SearchCandidate> zb1p = {
+      {ScheduleKind::Zb1p, Recompute::None, testing::shared(p), {}}};
   try {
     search_schedule(zb1p);
     FAIL() << "expected InvalidArgument";
@@ -254,7 +263,8 @@ TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
     std::vector<SearchCandidate> candidates;
     for (ScheduleKind kind : schedule_kinds()) {
       const bool virtual_stages = make_schedule(kind)->needs_virtual_stages();
-      candidates.push_back({kind, Recompute::None, virtual_stages ? interleaved : plain, {}});
+      candidates.push_back(
+          {kind, Recompute::None, testing::shared(virtual_stages ? interleaved : plain), {}});
     }
     SearchOptions fast;
     fast.random_orders = static_cast<int>(rng.uniform_int(0, 3));

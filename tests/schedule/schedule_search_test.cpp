@@ -23,7 +23,7 @@ std::vector<SearchCandidate> candidates_for(const std::vector<std::string>& name
                                             const PipelineProblem& problem) {
   std::vector<SearchCandidate> out;
   for (const std::string& name : names) {
-    out.push_back({*parse_schedule_kind(name), Recompute::None, problem, {}});
+    out.push_back({*parse_schedule_kind(name), Recompute::None, testing::shared(problem), {}});
   }
   return out;
 }
@@ -116,8 +116,9 @@ TEST(ScheduleSearchTest, ReportsTheSmallestViolationWhenNothingFits) {
       c.peak_bytes = 7 * kGiB / 10;     // 0.7 GiB
     }
   }
-  std::vector<SearchCandidate> candidates = {{ScheduleKind::OneFOneB, Recompute::None, none, {}},
-                                             {ScheduleKind::OneFOneB, Recompute::Full, full, {}}};
+  std::vector<SearchCandidate> candidates = {
+      {ScheduleKind::OneFOneB, Recompute::None, testing::shared(none), {}},
+      {ScheduleKind::OneFOneB, Recompute::Full, testing::shared(full), {}}};
   try {
     search_schedule(candidates);
     FAIL() << "expected Infeasible";
@@ -305,8 +306,10 @@ TEST(ScheduleSearchTest, OrdersAddedToASearchFindWhatOneSearchFinds) {
     std::vector<SearchCandidate> candidates;
     for (ScheduleKind kind : schedule_kinds()) {
       candidates.push_back(
-          {kind, Recompute::None,
-           make_schedule(kind)->needs_virtual_stages() ? interleaved : plain, {}});
+          {kind,
+           Recompute::None,
+           testing::shared(make_schedule(kind)->needs_virtual_stages() ? interleaved : plain),
+           {}});
     }
     const SearchOptions first;
     SearchOptions all = first;

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dynapipe/core/rng.h"
@@ -86,6 +88,11 @@ inline PipelineProblem long_then_short_problem() {
     c.bwd_ms = 4.0;
   }
   return p;
+}
+
+// A problem for SearchCandidate::problem.
+inline std::shared_ptr<const PipelineProblem> shared(PipelineProblem p) {
+  return std::make_shared<const PipelineProblem>(std::move(p));
 }
 
 }  // namespace dynapipe::testing

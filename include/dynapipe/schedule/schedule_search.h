@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,7 +35,9 @@ namespace dynapipe {
 struct SearchCandidate {
   ScheduleKind schedule = ScheduleKind::OneFOneB;  // a concrete schedule (not Auto)
   Recompute recompute = Recompute::None;  // the heaviest mode any micro-batch runs in
-  PipelineProblem problem;               // costs under `modes`, layout for `schedule`
+  // Costs under `modes`, layout for `schedule`; shared by the candidates of one problem
+  // (every schedule kind searched on it), as candidates are copied with their choices.
+  std::shared_ptr<const PipelineProblem> problem;
   // Per micro-batch (by id), where they differ from `recompute`: the mode each runs in
   // (lightest_fitting_modes()); empty: every micro-batch in `recompute`.
   std::vector<Recompute> modes;
@@ -62,7 +65,8 @@ struct SearchOptions {
   // wait-free-cyclic right after cyclic on an equal problem takes cyclic's orders without
   // the barriers instead of building them again; a finished zb1p or critical-path build
   // (Schedule::timed) is not simulated: its own clock gives the makespan and busy times,
-  // a memory pass the peaks. Default: on.
+  // a memory pass the peaks; a candidate with an earlier one's schedule and problem is
+  // skipped (SearchResult::duplicates). Default: on.
   bool shortcuts = true;
   // A search that adds orders to an earlier one over the same candidates (random orders
   // after a full search): that search's max_orders (with no random orders), whose orders
