@@ -4,9 +4,12 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "dynapipe/schedule/pipeline.h"
+#include "dynapipe/schedule/schedule.h"
 
 namespace dynapipe::detail {
 
@@ -27,9 +30,36 @@ ScheduleOrder build_interleaved(const PipelineProblem& problem);
 ScheduleOrder build_cyclic(const PipelineProblem& problem, bool barriers);
 
 // The two list schedules below keep the simulator's clock while they choose; each
-// returns nullopt (stopped) as soon as one of its ops ends at or after stop_at_ms, since
-// the order's simulated makespan is then >= stop_at_ms (Schedule::build). With an order,
-// `timing` (when non-null) gets its makespan_ms and busy_ms as the simulator sums them.
+// returns nullopt (stopped) as soon as one of its ops ends at or after stop.at_ms, since
+// the order's simulated makespan is then >= stop.at_ms, and with stop.over_memory as
+// soon as a device's memory passes the limit (Schedule::build). With an order, `timing`
+// (when non-null) gets its makespan_ms and busy_ms as the simulator sums them.
+using BuildStop = Schedule::BuildStop;
+
+// Each device's memory as Simulator::memory counts it, op by op in the device's order
+// (per-iteration weight update: no stashed versions), where stop.over_memory asks for it.
+class MemoryTrack {
+ public:
+  MemoryTrack(const PipelineProblem& problem, const BuildStop& stop)
+      : limit_(stop.over_memory ? problem.memory_limit_bytes : 0) {
+    if (limit_ > 0) current_.assign(problem.static_bytes.begin(), problem.static_bytes.end());
+  }
+  // Adds `op` (costing `c`) to device d's order; false once the device passed the limit.
+  bool fits(int d, const PipelineOp& op, const StageCost& c) {
+    if (limit_ <= 0) return true;
+    std::int64_t& current = current_[static_cast<std::size_t>(d)];
+    if (op.kind == OpKind::B || op.kind == OpKind::I) current -= c.output_bytes;
+    const std::int64_t during =
+        current + (op.kind == OpKind::F ? c.held_bytes() : 0) + c.peak_bytes;
+    if (op.kind == OpKind::F) current += c.held_bytes();
+    if (op.kind == OpKind::B || op.kind == OpKind::W) current -= c.stored_bytes;
+    return during <= limit_;
+  }
+
+ private:
+  std::int64_t limit_;  // 0: not tracked
+  std::vector<std::int64_t> current_;
+};
 
 // A list schedule's own clock as the simulator sums it (`timing` may be null): reset for
 // `devices` devices, then each op added in its device's op order.
@@ -46,13 +76,13 @@ inline void time_op(SimResult* timing, int device, double start_ms, double end_m
 
 // Zero-bubble ZB-H1-like greedy list schedule with split backward (I, W).
 // layout.chunks == 1.
-std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double stop_at_ms,
+std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const BuildStop& stop,
                                         SimResult* timing);
 
 // Memory-aware list schedule for unequal micro-batches: backward first, the longest
 // remaining chain first, forwards admitted while memory fits (no in-flight count).
 // layout.chunks == 1.
 std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
-                                                 double stop_at_ms, SimResult* timing);
+                                                 const BuildStop& stop, SimResult* timing);
 
 }  // namespace dynapipe::detail

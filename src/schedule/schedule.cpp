@@ -16,15 +16,15 @@ enum class Layouts { Any, SingleChunk, Interleaved };
 class BuilderSchedule final : public Schedule {
  public:
   using Builder = std::function<ScheduleOrder(const PipelineProblem&)>;
-  // A list schedule that can give up early (nullopt) once an op ends at stop_at_ms and
+  // A list schedule that can give up early (nullopt, Schedule::build's stops) and
   // reports its order's timing (makespan, busy).
   using StoppingBuilder = std::function<std::optional<ScheduleOrder>(
-      const PipelineProblem&, double stop_at_ms, SimResult* timing)>;
+      const PipelineProblem&, const BuildStop& stop, SimResult* timing)>;
   BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
                   Builder builder)
       : BuilderSchedule(kind, layouts, adaptive, split_backward, /*timed=*/false,
-                        [builder = std::move(builder)](const PipelineProblem& p, double,
-                                                       SimResult*) {
+                        [builder = std::move(builder)](const PipelineProblem& p,
+                                                       const BuildStop&, SimResult*) {
                           return std::optional<ScheduleOrder>(builder(p));
                         }) {}
   BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
@@ -39,7 +39,7 @@ class BuilderSchedule final : public Schedule {
 
   using Schedule::build;
   std::optional<ScheduleOrder> build(const PipelineProblem& problem, std::string* why_not,
-                                     double stop_at_ms, bool* stopped,
+                                     const BuildStop& stop, bool* stopped,
                                      SimResult* timing) const override {
     if (stopped != nullptr) *stopped = false;
     problem.validate();
@@ -57,10 +57,10 @@ class BuilderSchedule final : public Schedule {
       if (why_not != nullptr) *why_not = std::move(reason);
       return std::nullopt;
     }
-    std::optional<ScheduleOrder> order = builder_(problem, stop_at_ms, timing);
+    std::optional<ScheduleOrder> order = builder_(problem, stop, timing);
     if (!order) {
       DYNAPIPE_CHECK(stopped != nullptr,
-                     cat(name(), ": stopped at ", stop_at_ms, " ms with nowhere to say so"));
+                     cat(name(), ": stopped (", stop.at_ms, " ms) with nowhere to say so"));
       *stopped = true;
     }
     return order;

@@ -150,6 +150,12 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   SimResult best_sim;  // the winner's unrecorded run (!options.record_winner)
   // What a result must beat: the best so far, else SearchOptions::beat_ms (+inf: none).
   auto to_beat = [&] { return best >= 0 ? best_ms : options.beat_ms; };
+  // The peaks of orders that do not fit matter only while nothing fits and nothing bounds
+  // the search: they name the smallest violation in the Infeasible error and make the
+  // `rejected` lines. After that an order is given up as soon as it shows it cannot fit.
+  auto violations_matter = [&] {
+    return best < 0 && options.beat_ms == std::numeric_limits<double>::infinity();
+  };
   // The last cyclic candidate's index, micro-batch orders and built orders (wait-free-cyclic
   // builds the same orders without the barriers).
   int cyclic_candidate = -1;
@@ -229,15 +235,20 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       std::string why_not;
       bool stopped = false;
       std::optional<ScheduleOrder> order;
+      // The builders make one op list per pipeline device: a problem with replicated
+      // stages wants more, and its run is checked (and throws, as it always did).
+      const bool builders_fit = problem.stage_replicas.empty();
+      const bool memory_exit = options.shortcuts && builders_fit && !violations_matter();
       const std::size_t k = static_cast<std::size_t>(&mb_order - orders.data());
       if (reuse_cyclic && k < cyclic_orders.size()) {
         order = std::move(cyclic_orders[k]);
         order->op_cycle.clear();
         ++result.reused_builds;
       } else {
-        order = schedule.build(problem, &why_not,
-                               options.shortcuts ? stop_at_ms : Schedule::kNoStop, &stopped,
-                               &timing);
+        const Schedule::BuildStop stop{
+            .at_ms = options.shortcuts ? stop_at_ms : Schedule::kNoStop,
+            .over_memory = memory_exit};
+        order = schedule.build(problem, &why_not, stop, &stopped, &timing);
       }
       if (stopped) {
         any_applies = true;
@@ -251,9 +262,6 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       any_applies = true;
       const ScheduleOrder* built = &*order;
       if (keep_cyclic) built = &cyclic_orders.emplace_back(std::move(*order));
-      // The builders make one op list per pipeline device: a problem with replicated
-      // stages wants more, and its run is checked (and throws, as it always did).
-      const bool builders_fit = problem.stage_replicas.empty();
       // A finished timed build is its own unrecorded run: every op ended below stop_at_ms
       // at the simulator's times (so the run would not stop) and the builder summed the
       // makespan and busy times as the simulator does; the peaks depend on the order only.
@@ -266,6 +274,13 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         scratch.stopped = false;
         ++result.unsimulated;
       } else {
+        if (memory_exit) {  // the peaks depend on the order alone: one that cannot fit
+          simulator.memory(problem, *built, &scratch);  // is not run
+          if (!scratch.fits_memory) {
+            ++result.over_memory;
+            continue;
+          }
+        }
         // The problem is a reordering of a validated one and the order is a builder's: the
         // winner's order is checked below.
         const SimOptions sim_options{
@@ -275,6 +290,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         if (scratch.stopped) continue;
       }
       if (!scratch.fits_memory) {
+        if (!violations_matter()) continue;
         for (int d = 0; d < problem.layout.num_devices; ++d) {
           const std::int64_t excess = scratch.peak_memory_bytes[d] - problem.memory_limit_bytes;
           if (excess <= 0) continue;

@@ -45,7 +45,7 @@ struct DeviceState {
 
 }  // namespace
 
-std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double stop_at_ms,
+std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const BuildStop& stop,
                                         SimResult* timing) {
   const int m = problem.num_microbatches();
   const int num_devices = problem.layout.num_devices;  // == stages (chunks == 1)
@@ -69,6 +69,7 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double s
     for (int mb = m - warmup; mb < m; ++mb) seq.push_back({mb, d, OpKind::I});
   }
 
+  MemoryTrack memory(problem, stop);
   start_timing(timing, num_devices);
   using Wakeup = std::pair<double, int>;  // (time, device), earliest first
   std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<>> wakeups;
@@ -128,13 +129,14 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, double s
 
     const double end = now + problem.op_ms(op);
     // The simulator times this op the same way (start = now, the end of its device's
-    // last op or its input's arrival), so the order cannot beat stop_at_ms.
-    if (end >= stop_at_ms) return std::nullopt;
+    // last op or its input's arrival), so the order cannot beat stop.at_ms.
+    if (end >= stop.at_ms) return std::nullopt;
+    const StageCost& cost = problem.costs[op.mb][s];
+    if (!memory.fits(d, op, cost)) return std::nullopt;
     time_op(timing, d, now, end);
     dev.free_ms = end;
     order.device_ops[d].push_back(op);
     const std::size_t k = cell(op.mb, s);
-    const StageCost& cost = problem.costs[op.mb][s];
     switch (op.kind) {
       case OpKind::F:
         ++dev.next;

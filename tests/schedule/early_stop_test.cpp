@@ -1,7 +1,8 @@
 // The search's exact shortcuts: a list schedule (zb1p, critical-path) given stop_at_ms
-// gives up exactly when the simulator would stop its order (an op ending at or after it);
-// wait-free-cyclic reuses cyclic's orders; a search with the shortcuts finds what a search
-// without them finds, bit for bit.
+// gives up exactly when the simulator would stop its order (an op ending at or after it),
+// and with over_memory exactly when the order would not fit; wait-free-cyclic reuses
+// cyclic's orders; a search with the shortcuts finds what a search without them finds,
+// bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,10 +33,11 @@ struct Built {
 };
 
 Built build(ScheduleKind kind, const PipelineProblem& p, double stop_at_ms,
-            SimResult* timing = nullptr) {
+            SimResult* timing = nullptr, bool over_memory = false) {
   Built built;
   std::string why_not;
-  built.order = make_schedule(kind)->build(p, &why_not, stop_at_ms, &built.stopped, timing);
+  const Schedule::BuildStop stop{.at_ms = stop_at_ms, .over_memory = over_memory};
+  built.order = make_schedule(kind)->build(p, &why_not, stop, &built.stopped, timing);
   EXPECT_TRUE(built.order || built.stopped) << why_not;
   return built;
 }
@@ -77,13 +79,43 @@ TEST(EarlyStopTest, Zb1pStopsAtItsMakespanExactly) {
   expect_stops_below(ScheduleKind::Zb1p, p, full, 13.0, {7.5}, 13.25);
 }
 
+// On random problems with memory limits, tight and loose, a list schedule told to give
+// up over memory stops exactly when its whole order would not fit (Simulator::memory)
+// and otherwise builds the same order.
+TEST(EarlyStopTest, BuildersStopOverMemoryExactlyWhenTheOrderDoesNotFit) {
+  Rng rng(20261128);
+  int stopped = 0, built = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int devices = static_cast<int>(rng.uniform_int(1, 6));
+    const int m = static_cast<int>(rng.uniform_int(1, 24));
+    PipelineProblem p = testing::random_problem(rng, m, devices, 1);
+    p.memory_limit_bytes = trial % 5 == 0 ? 0 : rng.uniform_int(500, 6000);
+    for (ScheduleKind kind : {ScheduleKind::Zb1p, ScheduleKind::CriticalPath}) {
+      const Built full = build(kind, p, kInfinity);
+      ASSERT_TRUE(full.order);
+      SimResult memory;
+      Simulator().memory(p, *full.order, &memory);
+      const Built exiting = build(kind, p, kInfinity, nullptr, /*over_memory=*/true);
+      EXPECT_EQ(exiting.stopped, !memory.fits_memory)
+          << schedule_kind_name(kind) << " trial " << trial;
+      if (exiting.order) {
+        EXPECT_EQ(exiting.order->device_ops, full.order->device_ops);
+      }
+      (exiting.stopped ? stopped : built) += 1;
+    }
+  }
+  EXPECT_GT(stopped, 50);  // both cases are exercised
+  EXPECT_GT(built, 50);
+}
+
 // Schedules without their own clock build in full whatever the cutoff.
 TEST(EarlyStopTest, OtherSchedulesIgnoreTheCutoff) {
   const PipelineProblem p = testing::uniform_problem(4, 2, 1.0, 2.0);
   for (const char* name : {"gpipe", "1f1b", "cyclic", "wait-free-cyclic"}) {
     bool stopped = true;
     std::string why_not;
-    EXPECT_TRUE(make_schedule(name)->build(p, &why_not, 0.5, &stopped, nullptr)) << name;
+    const Schedule::BuildStop stop{.at_ms = 0.5, .over_memory = true};
+    EXPECT_TRUE(make_schedule(name)->build(p, &why_not, stop, &stopped, nullptr)) << name;
     EXPECT_FALSE(stopped) << name;
   }
 }
@@ -251,7 +283,7 @@ TEST(EarlyStopTest, ReplicatedProblemsAreStillRejected) {
 // builds' early exits as without (the simulations then stop instead), and they do fire.
 TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
   Rng rng(8);
-  int stopped_builds = 0, reused_builds = 0, unsimulated = 0;
+  int stopped_builds = 0, reused_builds = 0, unsimulated = 0, over_memory = 0;
   for (int trial = 0; trial < 120; ++trial) {
     const int devices = static_cast<int>(rng.uniform_int(1, 5));
     const int m = static_cast<int>(rng.uniform_int(1, 16));
@@ -293,17 +325,22 @@ TEST(EarlyStopTest, SearchFindsTheSameResultWithAndWithoutEarlyExits) {
     EXPECT_EQ(a->rejected, b->rejected);
     EXPECT_EQ(b->stopped_builds, 0);
     EXPECT_EQ(b->reused_builds, 0);
-    // Each stopped build is one simulation that would have stopped; each unsimulated
-    // order one whose result its builder and the memory pass gave.
-    EXPECT_EQ(a->simulations + a->stopped_builds + a->unsimulated, b->simulations);
+    // Each stopped build is one simulation that would have stopped (or found the order
+    // over memory); each unsimulated order one whose result its builder and the memory
+    // pass gave; each order over memory one whose memory pass ruled it out.
+    EXPECT_EQ(a->simulations + a->stopped_builds + a->unsimulated + a->over_memory,
+              b->simulations);
+    EXPECT_EQ(b->over_memory, 0);
     EXPECT_EQ(b->unsimulated, 0);
     stopped_builds += a->stopped_builds;
     reused_builds += a->reused_builds;
     unsimulated += a->unsimulated;
+    over_memory += a->over_memory;
   }
   EXPECT_GT(stopped_builds, 0);
   EXPECT_GT(reused_builds, 0);
   EXPECT_GT(unsimulated, 0);
+  EXPECT_GT(over_memory, 0);
 }
 
 }  // namespace

@@ -106,11 +106,15 @@ struct SearchResult {
   SimResult sim;                // recorded (timeline + transfers), original ids
   int simulations = 0;          // how many simulations the search ran
   int stopped_builds = 0;       // builds given up: their ops already ran past the best
+                                // (or, once something fits, a device past the memory limit)
+  int over_memory = 0;          // built orders not run: once something fit, their memory
+                                // pass showed them over the limit
   int reused_builds = 0;        // wait-free-cyclic orders taken from cyclic's
   int unsimulated = 0;          // finished timed builds, timed by their builder
   int pruned = 0;               // candidates skipped: their lower bound >= the best found
   int duplicates = 0;           // candidates skipped: an earlier one had their schedule and problem
-  std::vector<std::string> rejected;  // one line per candidate that did not apply or fit
+  // One line per candidate that did not apply, or did not fit while nothing else had.
+  std::vector<std::string> rejected;
 };
 
 // Builds, simulates and compares every candidate (and orders, see SearchOptions).
