@@ -8,7 +8,6 @@
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <ranges>
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/rng.h"
@@ -178,12 +177,11 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     // The same schedule on the same problem as an earlier candidate (per-micro-batch
     // recompute's mixes often equal a lighter mode's: every micro-batch fits it) ends as
     // that one did, and ties keep the earlier one.
-    const auto same = [&](int earlier) {
-      const SearchCandidate& other = candidates[earlier];
+    const auto same = [&](const SearchCandidate& other) {
       return other.schedule == candidate.schedule &&
              (other.problem == candidate.problem || *other.problem == *candidate.problem);
     };
-    if (options.shortcuts && std::ranges::any_of(std::views::iota(0, ci), same)) {
+    if (options.shortcuts && std::any_of(candidates.begin(), candidates.begin() + ci, same)) {
       ++result.duplicates;
       continue;
     }
