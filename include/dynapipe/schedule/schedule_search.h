@@ -113,7 +113,8 @@ struct SearchResult {
   int unsimulated = 0;          // finished timed builds, timed by their builder
   int pruned = 0;               // candidates skipped: their lower bound >= the best found
   int duplicates = 0;           // candidates skipped: an earlier one had their schedule and problem
-  // One line per candidate that did not apply, or did not fit while nothing else had.
+  // One line per candidate that did not apply, or did not fit while nothing else had (a
+  // repeat of an earlier candidate is skipped, `duplicates`, and not listed again).
   std::vector<std::string> rejected;
 };
 
