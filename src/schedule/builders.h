@@ -30,18 +30,20 @@ ScheduleOrder build_interleaved(const PipelineProblem& problem);
 ScheduleOrder build_cyclic(const PipelineProblem& problem, bool barriers);
 
 // The two list schedules below keep the simulator's clock while they choose; each
-// returns nullopt (stopped) as soon as one of its ops ends at or after stop.at_ms, since
-// the order's simulated makespan is then >= stop.at_ms, and with stop.over_memory as
-// soon as a device's memory passes the limit (Schedule::build). With an order, `timing`
-// (when non-null) gets its makespan_ms and busy_ms as the simulator sums them.
-using BuildStop = Schedule::BuildStop;
+// returns nullopt (stopped) as soon as one of its ops ends at or after
+// options.stop_at_ms, since the order's simulated makespan is then >= that, and with
+// options.stop_over_memory as soon as a device's memory passes the limit
+// (Schedule::build). With an order, `timing` (when non-null) gets its makespan_ms and
+// busy_ms as the simulator sums them.
+using BuildOptions = Schedule::BuildOptions;
 
 // Each device's memory as Simulator::memory counts it, op by op in the device's order
-// (per-iteration weight update: no stashed versions), where stop.over_memory asks for it.
+// (per-iteration weight update: no stashed versions), where options.stop_over_memory
+// asks for it.
 class MemoryTrack {
  public:
-  MemoryTrack(const PipelineProblem& problem, const BuildStop& stop)
-      : limit_(stop.over_memory ? problem.memory_limit_bytes : 0) {
+  MemoryTrack(const PipelineProblem& problem, const BuildOptions& options)
+      : limit_(options.stop_over_memory ? problem.memory_limit_bytes : 0) {
     if (limit_ > 0) current_.assign(problem.static_bytes.begin(), problem.static_bytes.end());
   }
   // Adds `op` (costing `c`) to device d's order; false once the device passed the limit.
@@ -76,13 +78,13 @@ inline void time_op(SimResult* timing, int device, double start_ms, double end_m
 
 // Zero-bubble ZB-H1-like greedy list schedule with split backward (I, W).
 // layout.chunks == 1.
-std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const BuildStop& stop,
+std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const BuildOptions& options,
                                         SimResult* timing);
 
 // Memory-aware list schedule for unequal micro-batches: backward first, the longest
 // remaining chain first, forwards admitted while memory fits (no in-flight count).
 // layout.chunks == 1.
 std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
-                                                 const BuildStop& stop, SimResult* timing);
+                                                 const BuildOptions& options, SimResult* timing);
 
 }  // namespace dynapipe::detail

@@ -70,7 +70,7 @@ struct DeviceState {
 }  // namespace
 
 std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
-                                                 const BuildStop& stop, SimResult* timing) {
+                                                 const BuildOptions& options, SimResult* timing) {
   const int m = problem.num_microbatches();
   const int p = problem.layout.num_devices;  // == stages (chunks == 1)
   // The split backward where the cost model gives one (as zb1p needs it).
@@ -108,7 +108,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
   std::vector<DeviceState> devices(p);
   for (int d = 0; d < p; ++d) devices[d].memory = problem.static_bytes[d];
   std::vector<double> link_free(static_cast<std::size_t>(p) * p, 0.0);
-  MemoryTrack tracked(problem, stop);
+  MemoryTrack tracked(problem, options);
   start_timing(timing, p);
   using Wakeup = std::pair<double, int>;  // (time, device), earliest first
   std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<>> wakeups;
@@ -192,8 +192,8 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
 
     const double end = now + problem.op_ms(op);
     // The simulator times this op the same way (start = now, the end of its device's
-    // last op or its input's arrival), so the order cannot beat stop.at_ms.
-    if (end >= stop.at_ms) return std::nullopt;
+    // last op or its input's arrival), so the order cannot beat options.stop_at_ms.
+    if (end >= options.stop_at_ms) return std::nullopt;
     const StageCost& cost = problem.costs[op.mb][s];
     if (!tracked.fits(d, op, cost)) return std::nullopt;
     time_op(timing, d, now, end);

@@ -19,12 +19,12 @@ class BuilderSchedule final : public Schedule {
   // A list schedule that can give up early (nullopt, Schedule::build's stops) and
   // reports its order's timing (makespan, busy).
   using StoppingBuilder = std::function<std::optional<ScheduleOrder>(
-      const PipelineProblem&, const BuildStop& stop, SimResult* timing)>;
+      const PipelineProblem&, const BuildOptions& options, SimResult* timing)>;
   BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
                   Builder builder)
       : BuilderSchedule(kind, layouts, adaptive, split_backward, /*timed=*/false,
                         [builder = std::move(builder)](const PipelineProblem& p,
-                                                       const BuildStop&, SimResult*) {
+                                                       const BuildOptions&, SimResult*) {
                           return std::optional<ScheduleOrder>(builder(p));
                         }) {}
   BuilderSchedule(ScheduleKind kind, Layouts layouts, bool adaptive, bool split_backward,
@@ -39,10 +39,10 @@ class BuilderSchedule final : public Schedule {
 
   using Schedule::build;
   std::optional<ScheduleOrder> build(const PipelineProblem& problem, std::string* why_not,
-                                     const BuildStop& stop, bool* stopped,
+                                     const BuildOptions& options, bool* stopped,
                                      SimResult* timing) const override {
     if (stopped != nullptr) *stopped = false;
-    problem.validate();
+    if (!options.validated) problem.validate();
     const int chunks = problem.layout.chunks;
     std::string reason;
     if (layouts_ == Layouts::SingleChunk && chunks != 1) {
@@ -57,10 +57,10 @@ class BuilderSchedule final : public Schedule {
       if (why_not != nullptr) *why_not = std::move(reason);
       return std::nullopt;
     }
-    std::optional<ScheduleOrder> order = builder_(problem, stop, timing);
+    std::optional<ScheduleOrder> order = builder_(problem, options, timing);
     if (!order) {
       DYNAPIPE_CHECK(stopped != nullptr,
-                     cat(name(), ": stopped (", stop.at_ms, " ms) with nowhere to say so"));
+                     cat(name(), ": stopped (", options.stop_at_ms, " ms) with nowhere to say so"));
       *stopped = true;
     }
     return order;

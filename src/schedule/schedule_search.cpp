@@ -243,10 +243,12 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         order->op_cycle.clear();
         ++result.reused_builds;
       } else {
-        const Schedule::BuildStop stop{
-            .at_ms = options.shortcuts ? stop_at_ms : Schedule::kNoStop,
-            .over_memory = memory_exit};
-        order = schedule.build(problem, &why_not, stop, &stopped, &timing);
+        // The problem is the candidate's (validated above) or a reordering of it.
+        const Schedule::BuildOptions build_options{
+            .stop_at_ms = options.shortcuts ? stop_at_ms : Schedule::kNoStop,
+            .stop_over_memory = memory_exit,
+            .validated = true};
+        order = schedule.build(problem, &why_not, build_options, &stopped, &timing);
       }
       if (stopped) {
         any_applies = true;

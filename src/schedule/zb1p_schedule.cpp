@@ -45,7 +45,7 @@ struct DeviceState {
 
 }  // namespace
 
-std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const BuildStop& stop,
+std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const BuildOptions& options,
                                         SimResult* timing) {
   const int m = problem.num_microbatches();
   const int num_devices = problem.layout.num_devices;  // == stages (chunks == 1)
@@ -69,7 +69,7 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const Bu
     for (int mb = m - warmup; mb < m; ++mb) seq.push_back({mb, d, OpKind::I});
   }
 
-  MemoryTrack memory(problem, stop);
+  MemoryTrack memory(problem, options);
   start_timing(timing, num_devices);
   using Wakeup = std::pair<double, int>;  // (time, device), earliest first
   std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<>> wakeups;
@@ -129,8 +129,8 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const Bu
 
     const double end = now + problem.op_ms(op);
     // The simulator times this op the same way (start = now, the end of its device's
-    // last op or its input's arrival), so the order cannot beat stop.at_ms.
-    if (end >= stop.at_ms) return std::nullopt;
+    // last op or its input's arrival), so the order cannot beat options.stop_at_ms.
+    if (end >= options.stop_at_ms) return std::nullopt;
     const StageCost& cost = problem.costs[op.mb][s];
     if (!memory.fits(d, op, cost)) return std::nullopt;
     time_op(timing, d, now, end);

@@ -37,7 +37,7 @@ Built build(ScheduleKind kind, const PipelineProblem& p, double stop_at_ms,
             SimResult* timing = nullptr, bool over_memory = false) {
   Built built;
   std::string why_not;
-  const Schedule::BuildStop stop{.at_ms = stop_at_ms, .over_memory = over_memory};
+  const Schedule::BuildOptions stop{.stop_at_ms = stop_at_ms, .stop_over_memory = over_memory};
   built.order = make_schedule(kind)->build(p, &why_not, stop, &built.stopped, timing);
   EXPECT_TRUE(built.order || built.stopped) << why_not;
   return built;
@@ -115,7 +115,7 @@ TEST(EarlyStopTest, OtherSchedulesIgnoreTheCutoff) {
   for (const char* name : {"gpipe", "1f1b", "cyclic", "wait-free-cyclic"}) {
     bool stopped = true;
     std::string why_not;
-    const Schedule::BuildStop stop{.at_ms = 0.5, .over_memory = true};
+    const Schedule::BuildOptions stop{.stop_at_ms = 0.5, .stop_over_memory = true};
     EXPECT_TRUE(make_schedule(name)->build(p, &why_not, stop, &stopped, nullptr)) << name;
     EXPECT_FALSE(stopped) << name;
   }

@@ -80,31 +80,34 @@ class Schedule {
   // "interleaved needs layout.chunks >= 2, got 1". Micro-batches are injected in id
   // order 0, 1, ...; reorder the problem to try other orders.
   std::optional<ScheduleOrder> build(const PipelineProblem& problem, std::string* why_not) const {
-    return build(problem, why_not, BuildStop{}, nullptr, nullptr);
+    return build(problem, why_not, BuildOptions{}, nullptr, nullptr);
   }
 
   static constexpr double kNoStop = std::numeric_limits<double>::infinity();
-  // Where a search's build may give up on an order it cannot use (build() below).
-  struct BuildStop {
-    double at_ms = kNoStop;  // once one of its ops ends at or after this
+  // What a search's build may skip: where it gives up on an order it cannot use, and the
+  // problem's validation (build() below).
+  struct BuildOptions {
+    double stop_at_ms = kNoStop;  // once one of its ops ends at or after this
     // Once a device's memory, as Simulator::memory counts it, passes
     // problem.memory_limit_bytes: the order cannot fit. For a search that no longer needs
     // the peaks of orders that do not fit (something fits already).
-    bool over_memory = false;
+    bool stop_over_memory = false;
+    // The caller validated the problem (a search's reordered copies of one it validated).
+    bool validated = false;
   };
 
   // build() with a search's early exits: the list schedules (zb1p, critical-path) time
   // their choices exactly as the simulator does, so once one of their ops ends at or
-  // after stop.at_ms the order's simulated makespan cannot be below it
-  // (SimOptions::stop_at_ms's rule); they give up there, and with stop.over_memory once
-  // a device's memory passes the limit, returning nullopt with *stopped = true
-  // (`stopped` must then be non-null). The other schedules build in full. *stopped is
-  // false whenever an order or a why_not comes back. With a returned order a timed
-  // schedule also sets timing->makespan_ms and ->busy_ms (when non-null) to what an
-  // unrecorded simulation of it reports, bit for bit; the rest is untouched.
-  virtual std::optional<ScheduleOrder> build(const PipelineProblem& problem,
-                                             std::string* why_not, const BuildStop& stop,
-                                             bool* stopped, SimResult* timing) const = 0;
+  // after options.stop_at_ms the order's simulated makespan cannot be below it
+  // (SimOptions::stop_at_ms's rule); they give up there, and with
+  // options.stop_over_memory once a device's memory passes the limit, returning nullopt
+  // with *stopped = true (`stopped` must then be non-null). The other schedules build in
+  // full. *stopped is false whenever an order or a why_not comes back. With a returned
+  // order a timed schedule also sets timing->makespan_ms and ->busy_ms (when non-null) to
+  // what an unrecorded simulation of it reports, bit for bit; the rest is untouched.
+  virtual std::optional<ScheduleOrder> build(const PipelineProblem& problem, std::string* why_not,
+                                             const BuildOptions& options, bool* stopped,
+                                             SimResult* timing) const = 0;
 
   // True when build() honours stop_at_ms and reports the order's timing (zb1p,
   // critical-path): an order it returns simulates to a makespan below stop_at_ms.
