@@ -48,14 +48,7 @@ class MemoryTrack {
   }
   // Adds `op` (costing `c`) to device d's order; false once the device passed the limit.
   bool fits(int d, const PipelineOp& op, const StageCost& c) {
-    if (limit_ <= 0) return true;
-    std::int64_t& current = current_[static_cast<std::size_t>(d)];
-    if (op.kind == OpKind::B || op.kind == OpKind::I) current -= c.output_bytes;
-    const std::int64_t during =
-        current + (op.kind == OpKind::F ? c.held_bytes() : 0) + c.peak_bytes;
-    if (op.kind == OpKind::F) current += c.held_bytes();
-    if (op.kind == OpKind::B || op.kind == OpKind::W) current -= c.stored_bytes;
-    return during <= limit_;
+    return limit_ <= 0 || step_memory(current_[static_cast<std::size_t>(d)], op, c) <= limit_;
   }
 
  private:

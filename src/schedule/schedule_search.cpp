@@ -177,9 +177,11 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     // The same schedule on the same problem as an earlier candidate (per-micro-batch
     // recompute's mixes often equal a lighter mode's: every micro-batch fits it) ends as
     // that one did, and ties keep the earlier one.
+    const auto same_problem = [&](const SearchCandidate& other) {
+      return other.problem == candidate.problem || *other.problem == *candidate.problem;
+    };
     const auto same = [&](const SearchCandidate& other) {
-      return other.schedule == candidate.schedule &&
-             (other.problem == candidate.problem || *other.problem == *candidate.problem);
+      return other.schedule == candidate.schedule && same_problem(other);
     };
     if (options.shortcuts && std::any_of(candidates.begin(), candidates.begin() + ci, same)) {
       ++result.duplicates;
@@ -207,8 +209,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     const bool reuse_cyclic = options.shortcuts &&
                               candidate.schedule == ScheduleKind::WaitFreeCyclic && ci > 0 &&
                               cyclic_candidate == ci - 1 && cyclic_mb_orders == orders &&
-                              (candidates[ci - 1].problem == candidate.problem ||
-                               *candidates[ci - 1].problem == *candidate.problem);
+                              same_problem(candidates[ci - 1]);
     if (keep_cyclic) {
       cyclic_candidate = ci;
       cyclic_mb_orders = orders;

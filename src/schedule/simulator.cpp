@@ -103,16 +103,11 @@ void Simulator::compute_memory(const PipelineProblem& problem, const ScheduleOrd
       const StageCost& c = problem.costs[op.mb][op.stage];
       const VersionedOp* v = stashes ? &versions.devices[d].ops[k] : nullptr;
       const std::int64_t stashed = v ? v->stashed_during * copy_bytes : 0;
-      // The sent output is freed right before the backward (B or I) of its (mb, stage).
-      if (op.kind == OpKind::B || op.kind == OpKind::I) current -= c.output_bytes;
-      const std::int64_t during = current + (op.kind == OpKind::F ? c.held_bytes() : 0) +
-                                  c.peak_bytes + stashed;
+      const std::int64_t during = step_memory(current, op, c) + stashed;
       if (during > peak) {
         peak = during;
         peak_op = op;
       }
-      if (op.kind == OpKind::F) current += c.held_bytes();
-      if (op.kind == OpKind::B || op.kind == OpKind::W) current -= c.stored_bytes;
       // Right after the stash (the op's free came first): one more copy is held.
       if (v && v->stash_before) {
         const auto kept = v->stashed_during - static_cast<std::int64_t>(v->free_after.size()) + 1;

@@ -33,6 +33,19 @@ struct PipelineOp {
 // "F(mb 3, stage 1)", for messages.
 std::string op_name(const PipelineOp& op);
 
+// One op's step of its device's memory as the simulator counts it (Simulator::memory):
+// the sent output is freed right before the backward (B or I) of its (mb, stage), a
+// forward holds its stored activations and sent output from its start, a B or W frees
+// the stored ones after it. Updates `held` (the bytes held between ops) and returns the
+// bytes in use during the op (stashed weight versions aside).
+inline std::int64_t step_memory(std::int64_t& held, const PipelineOp& op, const StageCost& c) {
+  if (op.kind == OpKind::B || op.kind == OpKind::I) held -= c.output_bytes;
+  const std::int64_t during = held + (op.kind == OpKind::F ? c.held_bytes() : 0) + c.peak_bytes;
+  if (op.kind == OpKind::F) held += c.held_bytes();
+  if (op.kind == OpKind::B || op.kind == OpKind::W) held -= c.stored_bytes;
+  return during;
+}
+
 struct PipelineLayout {
   int num_devices = 1;  // pipeline-parallel degree
   int chunks = 1;       // virtual stages per device (> 1 only for interleaved)
