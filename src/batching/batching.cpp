@@ -136,7 +136,7 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
     const std::optional<AffineTimeBound>& affine = costs.affine_bound();
     if (!affine || !known.tokens.every_sample_has_tokens) return false;
     for (std::size_t s = 0; s < affine->fixed_ms.size(); ++s) {
-      const double work = affine->work_ms(s, known.tokens.enc, known.tokens.dec);
+      const double work = known.tokens.work_ms(*affine, s);
       const double fixed = affine->fixed_ms[s];
       bool below = false;
       for (std::size_t k = 1; k <= samples.size() && !below; ++k) {  // K micro-batches

@@ -123,15 +123,24 @@ struct ModelLengths {
 };
 ModelLengths model_lengths(const Sample& sample, ModelKind kind);
 
-// Model tokens summed over a set of samples, and whether the cost model's affine bound
-// applies to each of them (cost_model.h: an encoder token, and for T5 a decoder token).
+// Model tokens and their samples' squared lengths summed over a set of samples, and
+// whether the cost model's affine bound applies to each of them (cost_model.h: an
+// encoder token, and for T5 a decoder token).
 struct TokenTotals {
   double enc = 0, dec = 0;
+  double enc_squares = 0, dec_squares = 0;
   bool every_sample_has_tokens = true;
   void add(const ModelLengths& l, ModelKind kind) {
-    enc += static_cast<double>(l.enc);
-    dec += static_cast<double>(l.dec);
+    const double e = static_cast<double>(l.enc), d = static_cast<double>(l.dec);
+    enc += e;
+    dec += d;
+    enc_squares += e * e;
+    dec_squares += d * d;
     every_sample_has_tokens = every_sample_has_tokens && l.enc > 0 && (kind != ModelKind::T5 || l.dec > 0);
+  }
+  // AffineTimeBound::work_ms() of these totals on stage s.
+  double work_ms(const AffineTimeBound& bound, std::size_t s) const {
+    return bound.work_ms(s, enc, dec, enc_squares, dec_squares);
   }
 };
 

@@ -300,8 +300,9 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
 
   // A lower bound of Σ t over the partitions whose every micro-batch takes at most
   // cap_ms, from the cost model's affine bound: on stage s, K such micro-batches need
-  // K·(cap − fixed) >= enc·E + dec·D (E, D: all tokens), and Σ t >= enc·E + dec·D +
-  // K·fixed. Where micro-batches are many, the fixed part (op overheads, the matmuls'
+  // K·(cap − fixed) >= W = enc·E + dec·D + the attention within the samples (E, D: all
+  // tokens; the attention is the same whatever the partition), and Σ t >= W + K·fixed.
+  // Where micro-batches are many, the fixed part (op overheads, the matmuls'
   // efficiency) is what "all samples in one micro-batch" misses: it bounds heavier
   // recompute modes out before their segments are costed (T5-11B pp 8 short256: full
   // recompute). +inf: no such partition; 0: no bound known.
@@ -310,7 +311,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     const double n = static_cast<double>(size());
     double best = 0;
     for (std::size_t s = 0; s < affine_->fixed_ms.size(); ++s) {
-      const double work = affine_->work_ms(s, tokens_.enc, tokens_.dec);
+      const double work = tokens_.work_ms(*affine_, s);
       const double fixed = affine_->fixed_ms[s];
       double count = 1;  // micro-batches, at least
       if (work > 0) {

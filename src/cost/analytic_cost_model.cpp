@@ -3,6 +3,7 @@
 // and activation memory after Korthikanti et al., "Reducing Activation Recomputation in
 // Large Transformer Models" (2022). docs/cost-model.md derives every term.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 #include <span>
@@ -227,6 +228,10 @@ class AnalyticCostModel final : public CostModel {
       static_bytes_.push_back(model_state_bytes(parameters, device.bytes_per_element, options.zero_shards));
       weight_bytes_.push_back(parameters * device.bytes_per_element);
     }
+    // Every DP's costing asks for it: probed once per mode here.
+    for (Recompute mode : kRecomputeModes) {
+      affine_bounds_[static_cast<std::size_t>(mode)] = probe_affine_time_bound(mode);
+    }
   }
 
   const ModelSpec& model() const override { return model_; }
@@ -281,36 +286,9 @@ class AnalyticCostModel final : public CostModel {
     }
   }
 
-  // Without attention (density 0) every layer's time is affine in its tokens: the
-  // matmuls cost flops · (rows + m_half) / rows with flops linear in rows, the memory-
-  // bound work is linear, the op overheads fixed. Attention only adds (scores, their
-  // recomputation), and so does rounding the tokens up and tensor-parallel
-  // communication. So three probes per stage at density 0 give the exact line, which
-  // bounds every micro-batch's time from below; it is shaved by a relative 1e-6 against
-  // rounding in the probes.
+  // Probed once per mode by the constructor (probe_affine_time_bound()).
   std::optional<AffineTimeBound> affine_time_bound(Recompute recompute) const override {
-    const double m = static_cast<double>(options_.seqlen_multiple);
-    const bool t5 = model_.kind == ModelKind::T5;
-    auto probe = [&](std::size_t s, std::int64_t enc, std::int64_t dec) {
-      const MicroBatchShape shape{.batch = 1, .seqlen = enc, .dec_seqlen = t5 ? dec : 0};
-      LayerCosts layers(*this, shape, {.enc = 0, .dec = 0}, recompute);
-      const LayerCost total = stage_total(stages_[s], layers);
-      return total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms);
-    };
-    constexpr double kShave = 1 - 1e-6;
-    const std::int64_t one = options_.seqlen_multiple, two = 2 * options_.seqlen_multiple;
-    AffineTimeBound bound;
-    for (std::size_t s = 0; s < stages_.size(); ++s) {
-      const double base = probe(s, one, one);
-      const double enc_ms = (probe(s, two, one) - base) / m;
-      const double dec_ms = t5 ? (probe(s, one, two) - base) / m : 0.0;
-      const double fixed_ms = base - enc_ms * m - dec_ms * m;
-      if (!(enc_ms >= 0 && dec_ms >= 0 && fixed_ms >= 0)) return std::nullopt;
-      bound.enc_ms.push_back(enc_ms * kShave);
-      bound.dec_ms.push_back(dec_ms * kShave);
-      bound.fixed_ms.push_back(fixed_ms * kShave);
-    }
-    return bound;
+    return affine_bounds_[static_cast<std::size_t>(recompute)];
   }
 
   // Merging two micro-batches pays the op overheads once, runs the same flops in larger
@@ -392,6 +370,57 @@ class AnalyticCostModel final : public CostModel {
     std::optional<LayerCost> embedding_, encoder_, dec_embedding_, decoder_, head_;
     std::optional<detail::LayerTerms> encoder_terms_, decoder_terms_;  // every mode's: use()
   };
+
+  // Without attention (density 0) every layer's time is affine in its tokens: the
+  // matmuls cost flops · (rows + m_half) / rows with flops linear in rows, the memory-
+  // bound work is linear, the op overheads fixed. Attention only adds (scores, their
+  // recomputation), and so does rounding the tokens up and tensor-parallel
+  // communication. So three probes per stage at density 0 give the exact line, which
+  // bounds every micro-batch's time from below; it is shaved by a relative 1e-6 against
+  // rounding in the probes. The attention within the samples adds, per score, a memory-
+  // bound part and a matmul part at the efficiency of the micro-batch's n tokens,
+  // (n + m_half)/n times its best: probed at 2^20 tokens and scaled by n/(n + m_half),
+  // that is at most the cost of a score in any micro-batch. The cross-attention of T5's
+  // decoder pairs the samples' encoder and decoder lengths; it is left out (>= 0).
+  std::optional<AffineTimeBound> probe_affine_time_bound(Recompute recompute) const {
+    const double m = static_cast<double>(options_.seqlen_multiple);
+    const bool t5 = model_.kind == ModelKind::T5;
+    auto probe = [&](std::size_t s, std::int64_t enc, std::int64_t dec,
+                     AttentionDensity density = {.enc = 0, .dec = 0}) {
+      const MicroBatchShape shape{.batch = 1, .seqlen = enc, .dec_seqlen = t5 ? dec : 0};
+      LayerCosts layers(*this, shape, density, recompute);
+      const LayerCost total = stage_total(stages_[s], layers);
+      return total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms);
+    };
+    constexpr std::int64_t kLarge = std::int64_t{1} << 20;  // tokens of the squares' probes
+    constexpr double kLargeDensity = 1.0 / 4096;             // 256 scores per token
+    const double large = static_cast<double>(kLarge);
+    const double squares = kLargeDensity * large * large;  // Σ L² of the probes
+    const double best_efficiency = large / (large + c_.half_rows);
+    constexpr double kShave = 1 - 1e-6;
+    const std::int64_t one = options_.seqlen_multiple, two = 2 * options_.seqlen_multiple;
+    AffineTimeBound bound;
+    for (std::size_t s = 0; s < stages_.size(); ++s) {
+      const double base = probe(s, one, one);
+      const double enc_ms = (probe(s, two, one) - base) / m;
+      const double dec_ms = t5 ? (probe(s, one, two) - base) / m : 0.0;
+      const double fixed_ms = base - enc_ms * m - dec_ms * m;
+      if (!(enc_ms >= 0 && dec_ms >= 0 && fixed_ms >= 0)) return std::nullopt;
+      bound.enc_ms.push_back(enc_ms * kShave);
+      bound.dec_ms.push_back(dec_ms * kShave);
+      bound.fixed_ms.push_back(fixed_ms * kShave);
+      // Each less 1e-12 of the flat time, far above the rounding in the difference (a
+      // stage without such attention differs by a few ulp, of either sign).
+      const double flat = probe(s, kLarge, kLarge);
+      auto per_square = [&](AttentionDensity density) {
+        const double extra = probe(s, kLarge, kLarge, density) - flat - 1e-12 * flat;
+        return std::max(0.0, extra / squares * best_efficiency * kShave);
+      };
+      bound.enc_sq_ms.push_back(per_square({.enc = kLargeDensity, .dec = 0}));
+      bound.dec_sq_ms.push_back(t5 ? per_square({.enc = 0, .dec = kLargeDensity}) : 0.0);
+    }
+    return bound;
+  }
 
   // The bottleneck time and per-stage bytes of bottleneck_ms_and_bytes() (tp = 1),
   // from layers in their current mode.
@@ -498,6 +527,7 @@ class AnalyticCostModel final : public CostModel {
   std::vector<std::int64_t> weight_bytes_;
   std::vector<std::size_t> same_as_;  // per stage: the first stage with the same layers
   LayerCoefficients c_;
+  std::array<std::optional<AffineTimeBound>, 3> affine_bounds_;  // per Recompute
 };
 
 }  // namespace

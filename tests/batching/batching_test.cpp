@@ -876,8 +876,10 @@ TEST(BatchingPropertyTest, CacheGivesTheSameResults) {
 // The cost model's affine time bound (cost_model.h) prunes recompute modes and caps
 // segment times before any segment is costed; it must change no result, only the work:
 // the same objectives and cuts with and without it, and fewer cost-model calls with it.
+// Its attention term (the samples' squared lengths, which every partition pays) tightens
+// it: again the same results, and fewer calls than without that term.
 TEST(BatchingPropertyTest, AffineTimeBoundChangesNoResultAndSavesCosting) {
-  std::int64_t calls_with = 0, calls_without = 0;
+  std::int64_t calls_with = 0, calls_without = 0, calls_without_squares = 0;
   for (std::uint64_t seed = 1; seed <= 300; ++seed) {
     RandomCase c = random_case(seed);
     c.options.strategy = seed % 3 == 0 ? Strategy::DynaPipePadded : Strategy::DynaPipe;
@@ -886,31 +888,38 @@ TEST(BatchingPropertyTest, AffineTimeBoundChangesNoResultAndSavesCosting) {
     c.batch = c.options.kind == ModelKind::T5
                   ? testing::random_t5_batch(seed, 40 + static_cast<int>(seed % 160), 256, 64)
                   : testing::random_gpt_batch(seed, 40 + static_cast<int>(seed % 160), 256);
-    FakeCostParams without = c.params;
+    FakeCostParams without = c.params, without_squares = c.params;
     without.affine_bound = false;
-    const FakeCostModel with_model(c.params), without_model(without);
-    std::optional<BatchingResult> with, plain;
-    try {
-      with = make_microbatches(c.batch, with_model, c.options);
-    } catch (const Error& e) {
-      ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
-    }
-    try {
-      plain = make_microbatches(c.batch, without_model, c.options);
-    } catch (const Error& e) {
-      ASSERT_EQ(e.kind(), ErrorKind::Infeasible);
-    }
+    without_squares.affine_squares = false;
+    const FakeCostModel with_model(c.params), without_model(without),
+        without_squares_model(without_squares);
+    auto plan = [&](const FakeCostModel& model) -> std::optional<BatchingResult> {
+      try {
+        return make_microbatches(c.batch, model, c.options);
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Infeasible) << "seed " << seed << ": " << e.what();
+        return std::nullopt;
+      }
+    };
+    const std::optional<BatchingResult> with = plan(with_model);
+    const std::optional<BatchingResult> plain = plan(without_model);
+    const std::optional<BatchingResult> tokens_only = plan(without_squares_model);
     calls_with += with_model.calls();
     calls_without += without_model.calls();
+    calls_without_squares += without_squares_model.calls();
     ASSERT_EQ(with.has_value(), plain.has_value()) << "seed " << seed;
+    ASSERT_EQ(with.has_value(), tokens_only.has_value()) << "seed " << seed;
     if (!with) continue;
-    ASSERT_EQ(with->objective_ms, plain->objective_ms) << "seed " << seed;
-    ASSERT_EQ(with->recompute, plain->recompute) << "seed " << seed;
-    for (std::size_t r = 0; r < with->replicas.size(); ++r) {
-      ASSERT_EQ(ids_of(with->replicas[r]), ids_of(plain->replicas[r])) << "seed " << seed;
+    for (const BatchingResult* other : {&*plain, &*tokens_only}) {
+      ASSERT_EQ(with->objective_ms, other->objective_ms) << "seed " << seed;
+      ASSERT_EQ(with->recompute, other->recompute) << "seed " << seed;
+      for (std::size_t r = 0; r < with->replicas.size(); ++r) {
+        ASSERT_EQ(ids_of(with->replicas[r]), ids_of(other->replicas[r])) << "seed " << seed;
+      }
     }
   }
-  EXPECT_LT(calls_with, calls_without);
+  EXPECT_LT(calls_with, calls_without_squares);
+  EXPECT_LT(calls_without_squares, calls_without);
 }
 
 // dynapipe with varlen_padded_cut (one replica, one recompute mode): exactly

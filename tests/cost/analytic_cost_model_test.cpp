@@ -144,8 +144,11 @@ TEST(AnalyticCostModelTest, BottleneckForSeveralModesEqualsOneModeAtATimeExactly
 }
 
 // affine_time_bound(): every stage's time is at least enc·tokens + dec·dec_tokens +
-// fixed for any micro-batch (rows, unrounded lengths, attention, mode, tensor
-// parallelism), and the line is the model's own time without attention: tight there.
+// fixed + enc_sq·S_enc + dec_sq·S_dec for any micro-batch (rows, unrounded lengths,
+// attention, mode, tensor parallelism), S the attention the model charges it (density ·
+// rows · length²: its samples' Σ L² for a varlen row, more for padded ones); the line is
+// the model's own time without attention, and the squares' coefficient its cost of
+// attention on a long row: tight there.
 TEST(AnalyticCostModelTest, AffineTimeBoundHoldsForEveryMicroBatchAndIsTightWithoutAttention) {
   const std::vector<PaperModelCase>& cases = paper_model_cases();
   Rng rng(5);
@@ -155,12 +158,32 @@ TEST(AnalyticCostModelTest, AffineTimeBoundHoldsForEveryMicroBatchAndIsTightWith
     for (Recompute mode : kModes) {
       const std::optional<AffineTimeBound> bound = m->affine_time_bound(mode);
       ASSERT_TRUE(bound.has_value()) << c.model;
-      auto line = [&](int s, double enc, double dec) {
-        return bound->enc_ms[s] * enc + bound->dec_ms[s] * dec + bound->fixed_ms[s];
+      auto line = [&](int s, double enc, double dec, double enc_sq = 0, double dec_sq = 0) {
+        return bound->work_ms(s, enc, dec, enc_sq, dec_sq) + bound->fixed_ms[s];
       };
+      ASSERT_EQ(bound->enc_sq_ms.size(), static_cast<std::size_t>(m->num_stages()));
+      ASSERT_EQ(bound->dec_sq_ms.size(), static_cast<std::size_t>(m->num_stages()));
       for (int s = 0; s < m->num_stages(); ++s) {
         EXPECT_GT(bound->enc_ms[s], 0) << c.model << " stage " << s;
         EXPECT_GT(bound->fixed_ms[s], 0) << c.model << " stage " << s;
+        EXPECT_GE(bound->dec_sq_ms[s], 0) << c.model << " stage " << s;
+        // Every stage of GPT and T5's encoder stages attend over the encoder tokens.
+        if (!t5 || m->stages()[s].has_encoder()) {
+          EXPECT_GT(bound->enc_sq_ms[s], 0) << c.model << " stage " << s;
+        }
+        // A long row: the attention's cost per score comes within 1% of the bound's.
+        if (c.options.tp > 1) continue;
+        const std::int64_t n = 65536;
+        const double density = 1.0 / 64;
+        const MicroBatchShape row{.batch = 1, .seqlen = n, .dec_seqlen = t5 ? n : 0};
+        const StageCost flat = m->stage_cost(s, row, {.enc = 0, .dec = 0}, mode);
+        const StageCost attended = m->stage_cost(s, row, {.enc = density, .dec = 0}, mode);
+        const double squares = density * static_cast<double>(n) * static_cast<double>(n);
+        const double extra = attended.fwd_ms + attended.bwd_ms - flat.fwd_ms - flat.bwd_ms;
+        const double rounding = 1e-12 * (flat.fwd_ms + flat.bwd_ms);  // stages without it
+        EXPECT_GE(extra + rounding, bound->enc_sq_ms[s] * squares) << c.model << " stage " << s;
+        EXPECT_LE(extra, bound->enc_sq_ms[s] * squares * 1.01 + rounding)
+            << c.model << " stage " << s;
       }
       for (int trial = 0; trial < 60; ++trial) {
         const MicroBatchShape shape{.batch = 1 + rng.uniform_int(0, 3),
@@ -169,9 +192,11 @@ TEST(AnalyticCostModelTest, AffineTimeBoundHoldsForEveryMicroBatchAndIsTightWith
         const AttentionDensity density{.enc = rng.uniform(0.0, 1.0), .dec = rng.uniform(0.0, 1.0)};
         const double enc = static_cast<double>(shape.batch * shape.seqlen);
         const double dec = static_cast<double>(shape.batch * shape.dec_seqlen);
+        const double enc_sq = density.enc * enc * static_cast<double>(shape.seqlen);
+        const double dec_sq = density.dec * dec * static_cast<double>(shape.dec_seqlen);
         for (int s = 0; s < m->num_stages(); ++s) {
           const StageCost cost = m->stage_cost(s, shape, density, mode);
-          ASSERT_GE(cost.fwd_ms + cost.bwd_ms, line(s, enc, dec))
+          ASSERT_GE(cost.fwd_ms + cost.bwd_ms, line(s, enc, dec, enc_sq, dec_sq))
               << c.model << " tp " << c.options.tp << " stage " << s << " trial " << trial;
         }
         if (c.options.tp > 1) continue;  // communication adds time: not tight

@@ -48,6 +48,7 @@ struct FakeCostParams {
   std::int64_t weight_bytes = 0;
   // affine_time_bound(): the exact line without attention (true), or none (false).
   bool affine_bound = true;
+  bool affine_squares = true;  // the bound's attention term (false: tokens and fixed only)
   double superlinear_ms = 0;           // 0: subadditive()
   double superlinear_from = 0;         // tokens
   // > 0: time falls by dip_ms where b·(L + D) is a multiple of dip_period tokens (not
@@ -124,7 +125,8 @@ class FakeCostModel final : public CostModel {
   double allreduce_ms(std::int64_t, int) const override { return 0; }
   std::string describe() const override { return "fake"; }
   // fwd + bwd = k·scale·(fixed + per_token·tokens + attention), k = 3, 3 + selective_extra
-  // or 4 by mode: without the attention term a lower bound, shaved against rounding.
+  // or 4 by mode, attention at least Σ L² per part (a varlen row's, less than a padded
+  // one's): a lower bound, shaved against rounding.
   std::optional<AffineTimeBound> affine_time_bound(Recompute recompute) const override {
     if (!params_.affine_bound) return std::nullopt;
     const double k = recompute == Recompute::None        ? 3
@@ -140,6 +142,10 @@ class FakeCostModel final : public CostModel {
       bound.dec_ms.push_back(per_token);
       // Below the dips too: the fixed part less dip_ms.
       bound.fixed_ms.push_back(k * scale * (params_.fixed_ms - params_.dip_ms) * (1 - 1e-9));
+      if (params_.affine_squares) {
+        bound.enc_sq_ms.push_back(k * scale * params_.ms_per_attention * (1 - 1e-9));
+        bound.dec_sq_ms.push_back(k * scale * params_.ms_per_attention * (1 - 1e-9));
+      }
     }
     return bound;
   }

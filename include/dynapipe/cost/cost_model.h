@@ -46,16 +46,24 @@ struct StageCost {
 // tokens: for every micro-batch M with at least one encoder token (T5: and one decoder
 // token), any rows, lengths and attention, stage s takes at least
 //   enc_ms[s]·enc(M) + dec_ms[s]·dec(M) + fixed_ms[s],
+//   + enc_sq_ms[s]·Σ enc(i)² + dec_sq_ms[s]·Σ dec(i)²,
 // enc(M), dec(M) its encoder (GPT: all) and decoder tokens before rounding (T5's decoder
-// reads target + 1 per sample). Every entry >= 0. Summed over a partition into K
-// micro-batches it bounds Σ t by the fixed time K·fixed_ms[s] as well, which the varlen
-// DP's "every sample in one micro-batch" bound lacks (docs/batching.md).
+// reads target + 1 per sample), the squares summed over its samples i: attention within
+// each sample, which every layout pays (varlen rows that much, padded and packed rows
+// more). Every entry >= 0; the squares' may be empty (none known). Summed over a
+// partition into K micro-batches it bounds Σ t by the fixed time K·fixed_ms[s] as well,
+// which the varlen DP's "every sample in one micro-batch" bound lacks, and by the
+// attention, which no partition can avoid (docs/batching.md).
 struct AffineTimeBound {
   std::vector<double> enc_ms, dec_ms, fixed_ms;  // per stage
+  std::vector<double> enc_sq_ms, dec_sq_ms;      // per stage, or empty
 
-  // The token-proportional part on stage s for `enc` encoder and `dec` decoder tokens.
-  double work_ms(std::size_t s, double enc, double dec) const {
-    return enc_ms[s] * enc + dec_ms[s] * dec;
+  // The part on stage s that any partition pays in full, for `enc` encoder and `dec`
+  // decoder tokens whose samples' squared lengths sum to `enc_sq` and `dec_sq`.
+  double work_ms(std::size_t s, double enc, double dec, double enc_sq = 0,
+                 double dec_sq = 0) const {
+    const double squares = enc_sq_ms.empty() ? 0 : enc_sq_ms[s] * enc_sq + dec_sq_ms[s] * dec_sq;
+    return enc_ms[s] * enc + dec_ms[s] * dec + squares;
   }
 };
 
