@@ -45,7 +45,7 @@ struct StageCost {
 // A lower bound of each stage's time (fwd_ms + bwd_ms) that is affine in a micro-batch's
 // tokens: for every micro-batch M with at least one encoder token (T5: and one decoder
 // token), any rows, lengths and attention, stage s takes at least
-//   enc_ms[s]·enc(M) + dec_ms[s]·dec(M) + fixed_ms[s],
+//   enc_ms[s]·enc(M) + dec_ms[s]·dec(M) + fixed_ms[s]
 //   + enc_sq_ms[s]·Σ enc(i)² + dec_sq_ms[s]·Σ dec(i)²,
 // enc(M), dec(M) its encoder (GPT: all) and decoder tokens before rounding (T5's decoder
 // reads target + 1 per sample), the squares summed over its samples i: attention within
@@ -56,7 +56,7 @@ struct StageCost {
 // attention, which no partition can avoid (docs/batching.md).
 struct AffineTimeBound {
   std::vector<double> enc_ms, dec_ms, fixed_ms;  // per stage
-  std::vector<double> enc_sq_ms, dec_sq_ms;      // per stage, or empty
+  std::vector<double> enc_sq_ms, dec_sq_ms;      // per stage, or both empty
 
   // The part on stage s that any partition pays in full, for `enc` encoder and `dec`
   // decoder tokens whose samples' squared lengths sum to `enc_sq` and `dec_sq`.
