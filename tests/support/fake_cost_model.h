@@ -46,9 +46,10 @@ struct FakeCostParams {
   std::int64_t peak_bytes_per_token = 0;
   std::int64_t static_bytes = 0;
   std::int64_t weight_bytes = 0;
-  // affine_time_bound(): the exact line without attention (true), or none (false).
+  // affine_time_bound(): the exact line, attention's Σ L² term included (true), or none
+  // (false); affine_squares false leaves that term out (tokens and fixed part only).
   bool affine_bound = true;
-  bool affine_squares = true;  // the bound's attention term (false: tokens and fixed only)
+  bool affine_squares = true;
   double superlinear_ms = 0;           // 0: subadditive()
   double superlinear_from = 0;         // tokens
   // > 0: time falls by dip_ms where b·(L + D) is a multiple of dip_period tokens (not
