@@ -7,7 +7,8 @@
 // Names: <part>/<model>/pp<p>/seq<max seqlen>/tok<global batch tokens>/<memory GiB>G
 // [/short<L>: only samples of at most L tokens, ~500 per batch][/tp<T>/<cost model>: the
 // measured A100 tables, where the DP has no pruning bounds (CostModel::monotone(),
-// subadditive()) and runs exact on them][/per_microbatch: `--recompute per-microbatch`].
+// subadditive()) and runs exact on them][/per_microbatch: `--recompute per-microbatch`]
+// [/threads2: one plan on two threads, PlannerOptions::threads].
 // <part>: plan = everything; plan_noverify = PlannerOptions::verify off; batching =
 // make_microbatches() alone with the planner's options (the DP's share); plan_ahead = the
 // kBatches batches planned at once on one thread per hardware thread (plan_many(), as
@@ -56,6 +57,7 @@ struct Setting {
   std::int64_t short_only = 0;
   int tp = 1;
   bool mixed_recompute = false;  // --recompute per-microbatch
+  int threads = 1;               // PlannerOptions::threads: one plan on this many threads
 };
 
 PlanConfig config_of(const Setting& s) {
@@ -88,6 +90,7 @@ void run(benchmark::State& state, const Setting& setting, Part part) {
   const std::vector<GlobalBatch> batches = batches_of(config, setting.short_only);
   PlannerOptions options;
   options.verify = part != Part::PlanNoVerify;
+  options.threads = setting.threads;
   const Planner planner(config, options);
   // The planner's own batching options (planner.cpp), for the batching-only part.
   BatchingOptions batching;
@@ -154,7 +157,8 @@ void add(const Setting& s, Part part) {
                            std::to_string(static_cast<int>(s.memory_gib)) + "G" +
                            (s.short_only > 0 ? "/short" + std::to_string(s.short_only) : "") +
                            (s.tp > 1 ? "/tp" + std::to_string(s.tp) + "/" + s.cost_model : "") +
-                           (s.mixed_recompute ? "/per_microbatch" : "");
+                           (s.mixed_recompute ? "/per_microbatch" : "") +
+                           (s.threads != 1 ? "/threads" + std::to_string(s.threads) : "");
   benchmark::RegisterBenchmark(name.c_str(), [s, part](benchmark::State& st) { run(st, s, part); })
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
@@ -176,6 +180,15 @@ void register_all() {
     Setting s = base;
     s.short_only = 256;
     for (Part part : {Part::Plan, Part::Batching, Part::PlanAhead}) add(s, part);
+  }
+  // One plan on two threads (PlannerOptions::threads): its latency where cores are free.
+  for (const Setting& base : {gpt, t5}) {
+    for (const std::int64_t short_only : {0, 256}) {
+      Setting s = base;
+      s.short_only = short_only;
+      s.threads = 2;
+      add(s, Part::Plan);
+    }
   }
   // Each micro-batch in its own recompute mode: what the opt-in costs.
   for (const Setting& base : {gpt, t5}) {

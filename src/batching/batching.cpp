@@ -219,6 +219,7 @@ struct BatchingCache::Store : detail::VarlenMemoStore {};
 
 BatchingCache::BatchingCache() : store_(std::make_unique<Store>()) {}
 BatchingCache::~BatchingCache() = default;
+void BatchingCache::absorb(BatchingCache&& other) { store_->absorb(std::move(*other.store_)); }
 
 BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost_model,
                                  const BatchingOptions& options, BatchingCache* cache) {

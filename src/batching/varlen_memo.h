@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "dynapipe/core/error.h"
 #include "dynapipe/core/model_kind.h"
 #include "dynapipe/core/strategy.h"
 #include "costing.h"
@@ -114,6 +115,41 @@ struct VarlenMemoStore {
     }
     for (VarlenRows* e : created) e->by_mode = created;
     return *created[static_cast<std::size_t>(recompute)];
+  }
+
+  // Takes `other`'s rows of the sequences this store has none of (each sequence's modes
+  // together, as rows_for() made them) and its bounds and check where this store has none.
+  // REQUIRES: both serve the same batch and cost model, or one serves none yet.
+  void absorb(VarlenMemoStore&& other) {
+    DYNAPIPE_CHECK(batch == nullptr || other.batch == nullptr ||
+                       (batch == other.batch && cost_model == other.cost_model),
+                   "absorb: the stores serve different batches or cost models");
+    if (batch == nullptr) {
+      batch = other.batch;
+      cost_model = other.cost_model;
+    }
+    auto has = [&](const VarlenRows& rows) {
+      return std::ranges::any_of(entries, [&](const auto& e) { return e->sequence == rows.sequence; });
+    };
+    std::vector<std::unique_ptr<VarlenRows>> taken;
+    for (auto& e : other.entries) {
+      if (!has(*e)) taken.push_back(std::move(e));
+    }
+    for (auto& e : taken) entries.push_back(std::move(e));
+    for (std::size_t m = 0; m < bounds.size(); ++m) {
+      Bound& mine = bounds[m];
+      const Bound& theirs = other.bounds[m];
+      if (!mine.valid && theirs.valid) {
+        mine.valid = true;
+        mine.merged_ms = theirs.merged_ms;
+        mine.tokens = theirs.tokens;
+      }
+      if (!mine.has_slowest && theirs.has_slowest) {
+        mine.has_slowest = true;
+        mine.slowest_ms = theirs.slowest_ms;
+      }
+    }
+    if (alone_checked.first < 0) alone_checked = other.alone_checked;
   }
 };
 

@@ -64,7 +64,7 @@ void Planner::Impl::walk_token_budget(const GlobalBatch& batch, Choice* choice,
 // The plan of one iteration: baselines search their one micro-batching; the DP strategies
 // rank theirs quickly and search the three best in full (every recompute mode, permuted
 // orders), keeping the faster.
-Choice Planner::Impl::choose(const GlobalBatch& batch) const {
+Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   const Impl& m = *this;
   if (!is_dp_strategy(m.batching.strategy)) {
     Choice best = m.search(batch, m.batching, m.schedule);
@@ -126,7 +126,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch) const {
     }
     return with_random_orders(batch, std::move(best));
   }
-  std::vector<Choice> ranked = rank_dp_plans(batch);
+  std::vector<Choice> ranked = rank_dp_plans(batch, threads);
   std::stable_sort(ranked.begin(), ranked.end(), ranks_before);
   constexpr std::size_t kFullSearches = 3;
   std::optional<Choice> choice;

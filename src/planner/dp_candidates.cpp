@@ -2,12 +2,15 @@
 #include "planner_impl.h"
 
 #include <algorithm>
+#include <array>
+#include <future>
 #include <limits>
 #include <map>
 #include <ranges>
 #include <utility>
 
 #include "dynapipe/batching/head_tail.h"
+#include "dynapipe/core/parallel.h"
 
 namespace dynapipe {
 
@@ -30,7 +33,7 @@ bool lone_samples_may_gain(int lone, int pp) { return lone >= 1 && lone <= pp; }
 // The DP strategies' micro-batchings, each ranked by a quick search: one DP per memory
 // rule planned for (and, for dynapipe, per varlen order), the best of each order again
 // with a head and a tail, and a line search on the bubble weight of the best.
-std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const {
+std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int threads) const {
   const Impl& m = *this;
   std::vector<std::pair<BatchingOptions, ScheduleKind>> plans{{m.batching, m.schedule}};
   for (const DpTarget& target : m.more_targets) {
@@ -56,41 +59,181 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       plans.back().first.varlen_row_capacity = true;
     }
   }
+  // The baselines' cuts (below) do not depend on the DPs: on several threads they are
+  // ranked beside the first pass, into a list of their own, which joins `ranked` where
+  // one thread ranks them.
+  std::vector<Choice> baseline_ranked;
+  // packing-varlen's and token-based's own micro-batches (their 1F1B rule, as they plan
+  // themselves), each run as one varlen row, so dynapipe's plan can match the baseline
+  // wherever it is the best (docs/batching.md "Baseline cuts"). packing-varlen's plan
+  // simulates two sizes of micro-batch (choose()): both cuts, the second where it
+  // differs. One varlen row drops the rows' end padding, but the cost model need not
+  // find it cheaper (T5-11B pp 8 on the flash H100 preset: 1.7% dearer on the decoder
+  // stages), so packing-varlen's cuts are also run in its own block-diagonal rows.
+  // Each cut is ranked once, as packing-varlen's plan walks its micro-batch size
+  // (walk_sizes(), here on quick estimates) past the objective's and the most's.
+  std::vector<std::pair<std::vector<std::vector<MicroBatch>>, std::optional<double>>> ranked_cuts;
+  // Ranks `cut` (the baseline's micro-batches) in its forms; the best quick estimate,
+  // or nullopt if no form fits a schedule.
+  auto rank_cut = [&](Strategy baseline, const BatchingResult& cut,
+                      std::vector<Choice>& into) -> std::optional<double> {
+    std::vector<std::vector<std::vector<MicroBatch>>> forms;
+    if (baseline == Strategy::DynaPipePadded) {
+      forms.push_back(cut.replicas);  // its padded rows, dense
+    } else {
+      forms.push_back(varlen_replicas(batch, cut, m.batching));
+      if (baseline == Strategy::PackingVarlen && cut.replicas != forms.front()) forms.push_back(cut.replicas);
+    }
+    std::optional<double> best_ms;
+    auto keep = [&](std::optional<double> ms) {
+      if (ms) best_ms = std::min(best_ms.value_or(*ms), *ms);
+    };
+    for (auto& form : forms) {
+      const auto same = std::find_if(ranked_cuts.begin(), ranked_cuts.end(),
+                                     [&](const auto& ranked_cut) { return ranked_cut.first == form; });
+      if (same != ranked_cuts.end()) {
+        keep(same->second);
+        continue;
+      }
+      std::optional<Choice> c = unless_ruled_out([&]() -> std::optional<Choice> {
+        Choice choice = m.quick_search(batch, form, m.schedule, cut.recompute, &into);
+        choice.batching = m.batching;
+        choice.dp_recompute = cut.recompute;
+        return choice;
+      });
+      ranked_cuts.emplace_back(std::move(form), c ? std::optional(c->est_ms) : std::nullopt);
+      if (!c) continue;
+      c->baseline_cut = true;
+      keep(c->est_ms);
+      into.push_back(std::move(*c));
+    }
+    return best_ms;
+  };
+  auto rank_baseline_cuts = [&](std::vector<Choice>& into) {
+    for (const auto& [baseline, by_objective] :
+         {std::pair{Strategy::PackingVarlen, true}, std::pair{Strategy::PackingVarlen, false},
+          std::pair{Strategy::TokenBased, true}}) {
+      BatchingOptions theirs = as_baseline(m.batching, baseline);
+      theirs.size_by_objective = by_objective;
+      const std::optional<BatchingResult> cut =
+          unless_ruled_out([&] { return make_microbatches(batch, *m.cost, theirs); });
+      if (!cut) continue;
+      const std::optional<double> ms = rank_cut(baseline, *cut, into);
+      // token-based's budget is not walked here: that took T5-11B pp 8 65k plans from 15.6
+      // to 23 ms (more baseline cuts searched in full) for dynapipe plans at most 2% faster.
+      if (!by_objective || !ms || baseline != Strategy::PackingVarlen) continue;
+      // Sizes that fit only in a heavier recompute mode than the objective's too, as
+      // packing-varlen's own walk takes them: at T5-11B pp 4 (A100 80 GiB, 1024, 32,768
+      // tokens) its 2-row micro-batches under selective recompute planned 2678.2 ms against
+      // dynapipe's 2699.1 until dynapipe ranked them (2640.8); +4% instructions for a
+      // GPT-6.7B pp 4 65k plan (it was +10% before the full searches stopped at their bars).
+      m.walk_sizes(batch, theirs, cut->size, *ms,
+                   [&](const BatchingOptions&, const BatchingResult& sized, double) -> std::optional<double> {
+                     return rank_cut(baseline, sized, into);
+                   });
+    }
+  };
+  // The first pass: one DP per plan. Its DPs share segment costs by sequence (the sorted
+  // order's rules one cache, the packed rows' with and without the row capacity another),
+  // so the two groups run on two threads where the planner has them; the results are
+  // assembled below in plan order, as one thread would, so the plan is the same for any
+  // thread count. The later steps use the merged cache.
+  const std::size_t rules = 1 + m.more_targets.size();
+  // On one thread both groups share one cache and one list, as the DPs ran before.
+  const bool side_by_side = threads > 1;
+  // Per group, its cuts in plan order (a group's searches find its own repeats, as
+  // same_quick_search() does over `ranked`); per plan, its entry, if it ran and fit.
+  std::array<std::vector<Choice>, 2> found;
+  auto found_list = [&](std::size_t group) -> std::vector<Choice>& { return found[side_by_side ? group : 0]; };
+  std::vector<std::optional<std::size_t>> found_at(plans.size());
+  // Quick estimates of the sorted order's cuts, one per rule (plans[0 .. rules)).
+  std::vector<double> sorted_ms(rules, std::numeric_limits<double>::infinity());
+  std::vector<bool> sorted_own_mode(rules, true);
   BatchingCache cache;  // segment costs shared by every DP below
-  // The first plan's errors are the planner's (e.g. a sample that fits nowhere).
+  BatchingCache packed_cache;
+  auto run_plan = [&](std::size_t k, std::size_t group, BatchingCache* group_cache) {
+    std::vector<Choice>& mine = found_list(group);
+    std::optional<Choice> c;
+    if (k == 0) {  // the first plan's errors are the planner's (e.g. a sample that fits nowhere)
+      c = m.search(batch, plans[0].first, plans[0].second, true, group_cache, &mine);
+    } else {
+      c = unless_ruled_out(
+          [&] { return m.search(batch, plans[k].first, plans[k].second, true, group_cache, &mine); });
+    }
+    if (!c) return;
+    found_at[k] = mine.size();
+    mine.push_back(std::move(*c));
+  };
+  std::promise<void> sorted_done;
+  const std::shared_future<void> sorted_ready = sorted_done.get_future().share();
+  auto sorted_group = [&] {
+    struct Done {  // set however the group ends: the other group may wait for it
+      std::promise<void>& done;
+      ~Done() { done.set_value(); }
+    } done{sorted_done};
+    for (std::size_t k = 0; k < std::min(rules, plans.size()); ++k) {
+      run_plan(k, 0, &cache);
+      if (found_at[k]) {
+        const Choice& c = found_list(0)[*found_at[k]];
+        sorted_ms[k] = c.est_ms;
+        sorted_own_mode[k] = runs_in_own_mode(c);
+      }
+    }
+  };
+  std::vector<bool> skipped(plans.size(), false);
+  auto interleaved_later = [&](std::size_t k) {
+    return k % rules != 0 && plans[k].second == ScheduleKind::Interleaved;
+  };
+  // The packed group's DPs; side by side the interleaved rule's last, so that its wait for
+  // the sorted group's estimates comes when there is least left to do.
+  std::vector<std::size_t> packed_plans;
+  for (std::size_t k = rules; k < plans.size(); ++k) {
+    if (!side_by_side || !interleaved_later(k)) packed_plans.push_back(k);
+  }
+  for (std::size_t k = rules; k < plans.size(); ++k) {
+    if (side_by_side && interleaved_later(k)) packed_plans.push_back(k);
+  }
+  auto packed_group = [&] {
+    for (std::size_t k : packed_plans) {
+      if (interleaved_later(k)) {
+        // The interleaved rule's DPs cost the most of the later ones (a memory rule of its
+        // own: T5-11B pp 8 short256, ~15% of a plan). Where interleaving lost clearly on
+        // the sorted order, skipping them left every issue-8 point's plan as it was. (Not
+        // where that cut's own mode fit no schedule: its estimate in a heavier mode says
+        // little of what its head-and-tail form, below, runs.)
+        sorted_ready.wait();
+        const double best_sorted = *std::min_element(sorted_ms.begin(), sorted_ms.end());
+        if (sorted_own_mode[k % rules] && !(sorted_ms[k % rules] <= best_sorted * kInterleavedWindow)) {
+          skipped[k] = true;
+          continue;
+        }
+      }
+      run_plan(k, 1, side_by_side ? &packed_cache : &cache);
+    }
+  };
+  const bool baseline_task = side_by_side && varlen && m.options.baseline_cuts;
+  const std::vector<std::exception_ptr> group_errors =
+      run_indexed(baseline_task ? 3 : 2, threads, [&](std::size_t g) {
+        if (g == 0) sorted_group();
+        if (g == 1) packed_group();
+        if (g == 2) rank_baseline_cuts(baseline_ranked);
+      });
+  for (const std::exception_ptr& e : group_errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  if (side_by_side) cache.absorb(std::move(packed_cache));
+
   std::vector<Choice> ranked;
-  ranked.push_back(m.search(batch, plans.front().first, plans.front().second, true, &cache));
+  ranked.push_back(std::move(found[0][*found_at[0]]));
   std::vector<std::size_t> best_of_order{0};  // per order: index into ranked
   std::vector<std::size_t> rule_of{0};        // per ranked cut: the rule (plans[rule]) it was cut for
   std::vector<std::size_t> order_of{0};       // per DP cut: its order (index into best_of_order)
-  // Quick estimates of the sorted order's cuts, one per rule (plans[0 .. rules)).
-  const std::size_t rules = 1 + m.more_targets.size();
-  std::vector<double> sorted_ms(rules, std::numeric_limits<double>::infinity());
-  sorted_ms[0] = ranked.front().est_ms;
-  std::vector<bool> sorted_own_mode(rules, true);
   for (std::size_t k = 1; k < plans.size(); ++k) {
-    if (varlen && k >= rules && k % rules != 0 &&
-        plans[k].second == ScheduleKind::Interleaved) {
-      // The interleaved rule's DPs cost the most of the later ones (a memory rule of its
-      // own: T5-11B pp 8 short256, ~15% of a plan). Where interleaving lost clearly on
-      // the sorted order, skipping them left every issue-8 point's plan as it was. (Not
-      // where that cut's own mode fit no schedule: its estimate in a heavier mode says
-      // little of what its head-and-tail form, below, runs.)
-      const double best_sorted = *std::min_element(sorted_ms.begin(), sorted_ms.end());
-      if (sorted_own_mode[k % rules] && !(sorted_ms[k % rules] <= best_sorted * kInterleavedWindow)) {
-        continue;
-      }
-    }
+    if (skipped[k]) continue;
     const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order ||
                            plans[k].first.varlen_row_capacity != plans[k - 1].first.varlen_row_capacity;
-    std::optional<Choice> c =
-        unless_ruled_out([&] { return m.search(batch, plans[k].first, plans[k].second, true, &cache, &ranked); });
-    if (!c) continue;
-    if (k < rules) {
-      sorted_ms[k] = c->est_ms;
-      sorted_own_mode[k] = runs_in_own_mode(*c);
-    }
-    ranked.push_back(std::move(*c));
+    if (!found_at[k]) continue;
+    ranked.push_back(std::move(found_list(k < rules ? 0 : 1)[*found_at[k]]));
     rule_of.push_back(k % rules);
     if (new_order) {
       best_of_order.push_back(ranked.size() - 1);
@@ -281,72 +424,10 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
     }
   }
   if (varlen && m.options.baseline_cuts) {
-    // packing-varlen's and token-based's own micro-batches (their 1F1B rule, as they plan
-    // themselves), each run as one varlen row, so dynapipe's plan can match the baseline
-    // wherever it is the best (docs/batching.md "Baseline cuts"). packing-varlen's plan
-    // simulates two sizes of micro-batch (choose()): both cuts, the second where it
-    // differs. One varlen row drops the rows' end padding, but the cost model need not
-    // find it cheaper (T5-11B pp 8 on the flash H100 preset: 1.7% dearer on the decoder
-    // stages), so packing-varlen's cuts are also run in its own block-diagonal rows.
-    // Each cut is ranked once, as packing-varlen's plan walks its micro-batch size
-    // (walk_sizes(), here on quick estimates) past the objective's and the most's.
-    std::vector<std::pair<std::vector<std::vector<MicroBatch>>, std::optional<double>>> ranked_cuts;
-    // Ranks `cut` (the baseline's micro-batches) in its forms; the best quick estimate,
-    // or nullopt if no form fits a schedule.
-    auto rank_cut = [&](Strategy baseline, const BatchingResult& cut) -> std::optional<double> {
-      std::vector<std::vector<std::vector<MicroBatch>>> forms;
-      if (baseline == Strategy::DynaPipePadded) {
-        forms.push_back(cut.replicas);  // its padded rows, dense
-      } else {
-        forms.push_back(varlen_replicas(batch, cut, m.batching));
-        if (baseline == Strategy::PackingVarlen && cut.replicas != forms.front()) forms.push_back(cut.replicas);
-      }
-      std::optional<double> best_ms;
-      auto keep = [&](std::optional<double> ms) {
-        if (ms) best_ms = std::min(best_ms.value_or(*ms), *ms);
-      };
-      for (auto& form : forms) {
-        const auto same = std::find_if(ranked_cuts.begin(), ranked_cuts.end(),
-                                       [&](const auto& ranked_cut) { return ranked_cut.first == form; });
-        if (same != ranked_cuts.end()) {
-          keep(same->second);
-          continue;
-        }
-        std::optional<Choice> c = unless_ruled_out([&]() -> std::optional<Choice> {
-          Choice choice = m.quick_search(batch, form, m.schedule, cut.recompute, &ranked);
-          choice.batching = m.batching;
-          choice.dp_recompute = cut.recompute;
-          return choice;
-        });
-        ranked_cuts.emplace_back(std::move(form), c ? std::optional(c->est_ms) : std::nullopt);
-        if (!c) continue;
-        c->baseline_cut = true;
-        keep(c->est_ms);
-        ranked.push_back(std::move(*c));
-      }
-      return best_ms;
-    };
-    for (const auto& [baseline, by_objective] :
-         {std::pair{Strategy::PackingVarlen, true}, std::pair{Strategy::PackingVarlen, false},
-          std::pair{Strategy::TokenBased, true}}) {
-      BatchingOptions theirs = as_baseline(m.batching, baseline);
-      theirs.size_by_objective = by_objective;
-      const std::optional<BatchingResult> cut =
-          unless_ruled_out([&] { return make_microbatches(batch, *m.cost, theirs); });
-      if (!cut) continue;
-      const std::optional<double> ms = rank_cut(baseline, *cut);
-      // token-based's budget is not walked here: that took T5-11B pp 8 65k plans from 15.6
-      // to 23 ms (more baseline cuts searched in full) for dynapipe plans at most 2% faster.
-      if (!by_objective || !ms || baseline != Strategy::PackingVarlen) continue;
-      // Sizes that fit only in a heavier recompute mode than the objective's too, as
-      // packing-varlen's own walk takes them: at T5-11B pp 4 (A100 80 GiB, 1024, 32,768
-      // tokens) its 2-row micro-batches under selective recompute planned 2678.2 ms against
-      // dynapipe's 2699.1 until dynapipe ranked them (2640.8); +4% instructions for a
-      // GPT-6.7B pp 4 65k plan (it was +10% before the full searches stopped at their bars).
-      m.walk_sizes(batch, theirs, cut->size, *ms,
-                   [&](const BatchingOptions&, const BatchingResult& sized, double) -> std::optional<double> {
-                     return rank_cut(baseline, sized);
-                   });
+    if (baseline_task) {
+      for (Choice& c : baseline_ranked) ranked.push_back(std::move(c));
+    } else {
+      rank_baseline_cuts(ranked);
     }
     if (m.cost->varlen_costs_extra()) {
       // Where varlen rows cost more than the same rows dense (a profile's fixed varlen
@@ -359,7 +440,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch) const
       auto rank_padded = [&]() -> std::optional<double> {
         const std::optional<BatchingResult> cut =
             unless_ruled_out([&] { return make_microbatches(batch, *m.cost, padded); });
-        return cut ? rank_cut(Strategy::DynaPipePadded, *cut) : std::nullopt;
+        return cut ? rank_cut(Strategy::DynaPipePadded, *cut, ranked) : std::nullopt;
       };
       std::optional<double> best_ms = rank_padded();
       const double best_ranked_ms = best()->est_ms;

@@ -34,12 +34,15 @@ std::vector<PlannedIterations> plan_many(std::span<const PlanRequest> requests, 
     --left[r];
     if (progress) progress(r, left[r]);
   };
+  // Fewer iterations than threads: each plan takes a share of the rest (the same plans).
+  const std::size_t pool = static_cast<std::size_t>(resolve_thread_count(threads));
+  const int per_plan = tasks.empty() || tasks.size() >= pool ? 1 : static_cast<int>(pool / tasks.size());
   const std::vector<std::exception_ptr> errors = run_indexed(
       tasks.size(), threads,
       [&](std::size_t t) {
         const auto [r, i] = tasks[t];
         try {
-          plans[r][i] = requests[r].planner->plan_iteration(requests[r].batches[i]);
+          plans[r][i] = requests[r].planner->plan_iteration(requests[r].batches[i], per_plan);
         } catch (...) {
           std::size_t seen = failed_at[r].load();
           while (i < seen && !failed_at[r].compare_exchange_weak(seen, i)) {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/parallel.h"
 #include "dynapipe/core/rank_layout.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
@@ -302,6 +303,10 @@ const std::vector<StageLayers>& Planner::stage_layers() const {
 }
 
 IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
+  return plan_iteration(batch, impl_->options.threads);
+}
+
+IterationPlan Planner::plan_iteration(const GlobalBatch& batch, int threads) const {
   const Impl& m = *impl_;
   const auto start = std::chrono::steady_clock::now();
   IterationPlan iteration;
@@ -310,7 +315,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch) const {
   iteration.sample_ids.reserve(batch.samples.size());
   for (const Sample& s : batch.samples) iteration.sample_ids.push_back(s.id);
 
-  Choice choice = m.choose(batch);
+  Choice choice = m.choose(batch, resolve_thread_count(threads));
   std::int64_t real_tokens = 0, computed_tokens = 0;
   for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
     const std::vector<MicroBatch>& microbatches = choice.replicas[r].microbatches;

@@ -204,7 +204,8 @@ struct Planner::Impl {
   Choice search_replicas(const GlobalBatch& batch,
                          const std::vector<std::vector<MicroBatch>>& replicas,
                          ScheduleKind schedule, const ReplicaSearch& how = {}) const;
-  Choice choose(const GlobalBatch& batch) const;
+  // threads: how many one plan may use (resolved, >= 1; rank_dp_plans()).
+  Choice choose(const GlobalBatch& batch, int threads) const;
   // bar_ms: the random orders need only beat this too (a plan the result is compared with).
   Choice with_random_orders(const GlobalBatch& batch, Choice choice,
                             double bar_ms = std::numeric_limits<double>::infinity()) const;
@@ -212,7 +213,9 @@ struct Planner::Impl {
   std::vector<SearchCandidate> own_mode_candidates(ScheduleKind schedule,
                                                    std::span<const MicroBatch> microbatches,
                                                    Recompute recompute) const;
-  std::vector<Choice> rank_dp_plans(const GlobalBatch& batch) const;
+  // The first DPs of each varlen order and the baselines' cuts run as up to three tasks on
+  // `threads`; the list is what one thread gives.
+  std::vector<Choice> rank_dp_plans(const GlobalBatch& batch, int threads) const;
   void walk_token_budget(const GlobalBatch& batch, Choice* choice, std::vector<Choice>* searched) const;
   std::optional<Choice> redeal(const GlobalBatch& batch, const Choice& from, ScheduleKind schedule,
                                double beat_ms) const;

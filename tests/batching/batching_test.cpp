@@ -873,6 +873,70 @@ TEST(BatchingPropertyTest, CacheGivesTheSameResults) {
   }
 }
 
+// Two caches, one per varlen order (the planner's first DPs on two threads), then one
+// absorbing the other: both orders' DPs again on it give the fresh results and cost what
+// they cost again on their own caches, so the absorbed rows were kept; absorbing into an
+// empty cache too.
+TEST(BatchingPropertyTest, AbsorbedCacheKeepsTheOtherOrdersRows) {
+  int checked = 0;
+  for (std::uint64_t seed = 1; seed <= 120; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.strategy = Strategy::DynaPipe;
+    const FakeCostModel model(c.params);
+    BatchingOptions sorted = c.options, packed = c.options;
+    sorted.varlen_order = VarlenOrder::Sorted;
+    packed.varlen_order = VarlenOrder::PackedRows;
+    auto plan = [&](const BatchingOptions& o, BatchingCache* cache) -> std::optional<BatchingResult> {
+      try {
+        return make_microbatches(c.batch, model, o, cache);
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Infeasible) << "seed " << seed << ": " << e.what();
+        return std::nullopt;
+      }
+    };
+    const std::optional<BatchingResult> fresh_sorted = plan(sorted, nullptr);
+    const std::optional<BatchingResult> fresh_packed = plan(packed, nullptr);
+    if (!fresh_sorted || !fresh_packed) continue;
+    // What both DPs cost again on their own caches (a repeat still asks the model for a
+    // few bounds): on the merged cache they must cost exactly that.
+    std::int64_t repeat_calls = 0;
+    {
+      BatchingCache first, second;
+      plan(sorted, &first);
+      plan(packed, &second);
+      const std::int64_t before = model.calls();
+      plan(sorted, &first);
+      plan(packed, &second);
+      repeat_calls = model.calls() - before;
+    }
+    for (const bool into_empty : {false, true}) {
+      BatchingCache first, second;
+      plan(sorted, &first);
+      plan(packed, &second);
+      // The sorted order's cache takes the other's, as the planner's does; or both go
+      // into a fresh one.
+      BatchingCache empty;
+      BatchingCache& merged = into_empty ? empty : first;
+      if (into_empty) merged.absorb(std::move(first));
+      merged.absorb(std::move(second));
+      const std::int64_t before = model.calls();
+      const std::optional<BatchingResult> again_sorted = plan(sorted, &merged);
+      const std::optional<BatchingResult> again_packed = plan(packed, &merged);
+      EXPECT_EQ(model.calls() - before, repeat_calls) << "seed " << seed << ": rows lost in the merge";
+      ASSERT_TRUE(again_sorted && again_packed) << "seed " << seed;
+      for (const auto& [fresh, again] : {std::pair{&*fresh_sorted, &*again_sorted},
+                                         std::pair{&*fresh_packed, &*again_packed}}) {
+        ASSERT_EQ(fresh->objective_ms, again->objective_ms) << "seed " << seed;
+        for (std::size_t r = 0; r < fresh->replicas.size(); ++r) {
+          ASSERT_EQ(ids_of(fresh->replicas[r]), ids_of(again->replicas[r])) << "seed " << seed;
+        }
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 60);
+}
+
 // The cost model's affine time bound (cost_model.h) prunes recompute modes and caps
 // segment times before any segment is costed; it must change no result, only the work:
 // the same objectives and cuts with and without it, and fewer cost-model calls with it.

@@ -126,6 +126,47 @@ TEST(PlannerTest, EveryStrategyCoversTheBatchWithinMemoryDeterministically) {
   }
 }
 
+// PlannerOptions::threads: one plan on several threads (dynapipe's first DPs by varlen
+// order and the baselines' cuts side by side) is bit for bit the plan on one, errors
+// included: the DP strategies, both models, dp 2, and a batch of many short samples.
+TEST(PlannerTest, OnePlanOnSeveralThreadsIsThePlanOnOne) {
+  PlannerOptions threaded;
+  threaded.threads = 3;
+  std::vector<PlanConfig> configs = {gpt_config("dynapipe", 4, 1, 2048), gpt_config("dynapipe", 4, 2, 4096),
+                                     gpt_config("dynapipe-padded", 4, 1, 2048),
+                                     t5_config("analytic:a100-40g", 8, 2048, 2048, 40)};
+  for (const PlanConfig& config : configs) {
+    const Planner one(config), several(config, threaded);
+    std::vector<GlobalBatch> batches = batches_of(config, 2);
+    GlobalBatch& short_only = batches.emplace_back(batches.front());
+    std::erase_if(short_only.samples, [](const Sample& s) { return s.input_len + s.target_len > 256; });
+    for (const GlobalBatch& batch : batches) {
+      IterationPlan a = one.plan_iteration(batch);
+      IterationPlan b = several.plan_iteration(batch);
+      b.planning_ms = a.planning_ms;  // the only field allowed to differ
+      EXPECT_EQ(encode_iteration(b), encode_iteration(a))
+          << strategy_name(config.strategy) << " pp " << config.pp << " dp " << config.dp << ", iteration "
+          << batch.index << " (" << batch.samples.size() << " samples)";
+    }
+  }
+  // The first DP's error is the plan's, on any thread count.
+  const PlanConfig long_samples = gpt_config("dynapipe", 4, 1, 65536);
+  GlobalBatch too_long;
+  too_long.samples = {{.id = 0, .input_len = 300, .target_len = 16},
+                      {.id = 1, .input_len = 60000, .target_len = 16}};
+  std::string errors[2];
+  for (int k = 0; k < 2; ++k) {
+    const Planner planner(long_samples, k == 0 ? PlannerOptions{} : threaded);
+    try {
+      planner.plan_iteration(too_long);
+    } catch (const Error& e) {
+      errors[k] = e.what();
+    }
+  }
+  EXPECT_FALSE(errors[0].empty());
+  EXPECT_EQ(errors[1], errors[0]);
+}
+
 // Replicated stages through the real planner (every plan verified inside, round robin
 // included): each replica holds Σ r programs in rank order, every micro-batch's forward
 // runs once per stage, and interleaving is refused, since it cannot be split by micro-batch.

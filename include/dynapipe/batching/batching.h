@@ -145,6 +145,10 @@ class BatchingCache {
   BatchingCache& operator=(const BatchingCache&) = delete;
   struct Store;
   Store& store() { return *store_; }
+  // Takes what `other` kept for sequences this cache has not costed (the planner's DPs of
+  // two orders run on two threads, each on its own cache, and continue on one).
+  // REQUIRES: both were used with the same batch and cost model, or one not at all.
+  void absorb(BatchingCache&& other);
 
  private:
   std::unique_ptr<Store> store_;

@@ -38,7 +38,10 @@ struct PlannedIterations {
 // of its iterations are still to end (0: the request is done).
 using PlanProgress = std::function<void(std::size_t request, std::size_t left)>;
 
-// Plans every request's batches on `threads` threads (0: one per hardware thread).
+// Plans every request's batches on `threads` threads (0: one per hardware thread), one
+// iteration per thread; with fewer iterations than threads, each plan runs on its share
+// of them (Planner::plan_iteration(batch, threads), the planners' own
+// PlannerOptions::threads set aside). The plans do not depend on the count.
 std::vector<PlannedIterations> plan_many(std::span<const PlanRequest> requests, int threads,
                                          const PlanProgress& progress = {});
 

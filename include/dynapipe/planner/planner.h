@@ -67,6 +67,10 @@ struct PlannerOptions {
   // and keep the faster plan. 0: off. Default: 8 (T5-11B pp 8 at
   // max seqlen 1024: 3558 → 3485 ms).
   int random_orders = 8;
+  // Threads one plan_iteration() may use (0: one per hardware thread): dynapipe's first
+  // DPs of each varlen order run side by side. The plan is the same for any count.
+  // Default: 1.
+  int threads = 1;
 };
 
 class Planner {
@@ -92,6 +96,10 @@ class Planner {
   // Plans one iteration. Throws Infeasible (naming micro-batch, stage and bytes) when no
   // schedule x recompute fits the memory limit.
   IterationPlan plan_iteration(const GlobalBatch& batch) const;
+  // The same on `threads` threads (0: one per hardware thread) instead of
+  // PlannerOptions::threads: the same plan, or the same error, for any count.
+  // REQUIRES: threads >= 0.
+  IterationPlan plan_iteration(const GlobalBatch& batch, int threads) const;
 
  private:
   struct Impl;
