@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "bindings.h"
+#include "dynapipe/core/parallel.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/cost/cost_model.h"
 #include "dynapipe/cost/device_spec.h"
@@ -177,7 +178,8 @@ void bind_planner(py::module_& m) {
         return plan_to_json(only_config, -1);
       }, "A plan JSON with this config (memory limit resolved) and no iterations, one line.")
       .def("plan", [](const PyPlanner& p, py::handle input_lens, py::handle target_lens, py::handle ids,
-                      py::handle index) {
+                      py::handle index, int threads) {
+             checked_thread_count(threads, "threads");
              GlobalBatch batch;
              if (py::isinstance<GlobalBatch>(input_lens)) {
                if (!target_lens.is_none() || !ids.is_none() || !index.is_none()) {
@@ -191,13 +193,14 @@ void bind_planner(py::module_& m) {
                batch = batch_from_lengths(p.planner->config(), input_lens, target_lens, ids, i);
              }
              py::gil_scoped_release release;
-             return p.planner->plan_iteration(batch);
+             return p.planner->plan_iteration(batch, threads);
            },
            py::arg("input_lens"), py::arg("target_lens") = py::none(), py::kw_only(), py::arg("ids") = py::none(),
-           py::arg("index") = py::none(),
+           py::arg("index") = py::none(), py::arg("threads") = 1,
            "Plans one global batch. input_lens/target_lens: lists or buffer-protocol arrays of ints\n"
            "(GPT: target_lens may be None; T5: required), truncated like the samples file; ids default\n"
-           "to 0..n-1. Also accepts a GlobalBatch. Releases the GIL while planning.")
+           "to 0..n-1. Also accepts a GlobalBatch. Releases the GIL while planning. threads: how many\n"
+           "threads this one plan may use (0: one per hardware thread); the plan is the same for any.")
       .def_property_readonly("cost_model", [](const PyPlanner& p) { return p.planner->base_cost_model().describe(); },
                              "The cost model as configured, e.g. 'analytic:a100-40g' or 'profile:<path>'.")
       .def_property_readonly("num_stages", [](const PyPlanner& p) { return p.planner->cost_model().num_stages(); })

@@ -65,6 +65,15 @@ def test_instructions_per_rank(planner):
     assert plan.replicas[0].executors[2].instructions == plan.instructions[2]
 
 
+def test_one_plan_on_several_threads_is_the_plan_on_one(planner):
+    ref = planner.plan(INPUTS, TARGETS)
+    got = planner.plan(INPUTS, TARGETS, threads=3)
+    ref.planning_ms = got.planning_ms = 0
+    assert got.to_bytes() == ref.to_bytes()
+    with pytest.raises(dynapipe.InvalidArgument, match="threads must be >= 0"):
+        planner.plan(INPUTS, TARGETS, threads=-1)
+
+
 def test_sequence_kinds_give_the_same_plan(planner):
     ref = planner.plan(INPUTS, TARGETS)
     ref.planning_ms = 0
