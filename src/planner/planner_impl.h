@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dynapipe/batching/batching.h"
@@ -80,6 +82,16 @@ struct Choice {
   // packing-varlen's or token-based's cut: searched in full after those when its quick
   // estimate comes near the best full one (choose()).
   bool baseline_cut = false;
+};
+
+// What rank_dp_plans()'s first pass (Planner::Impl::first_dp_pass()) found: its cuts in
+// plan order, and what the later steps ask of them.
+struct FirstPass {
+  std::size_t rules = 0;                   // the memory rules planned for: plans[0 .. rules) sorted
+  std::vector<Choice> ranked;              // the plans' cuts that fit, in plan order
+  std::vector<std::size_t> best_of_order;  // per order: index into ranked
+  std::vector<std::size_t> rule_of;        // per cut: the rule (plans[rule]) it was cut for
+  std::vector<std::size_t> order_of;       // per cut: its order (index into best_of_order)
 };
 
 // A schedule the DP strategies plan their micro-batches for: its memory rule and bubble
@@ -216,6 +228,14 @@ struct Planner::Impl {
   // The first DPs of each varlen order and the baselines' cuts run as up to three tasks on
   // `threads`; the list is what one thread gives.
   std::vector<Choice> rank_dp_plans(const GlobalBatch& batch, int threads) const;
+  // rank_dp_plans()'s first pass: a quick search of each plan's DP cut (plans[k]: options
+  // and the schedule searched), the interleaved rule's later orders skipped where it lost
+  // clearly on the sorted order. On `threads` > 1 the sorted order's DPs and the packed
+  // rows' run side by side, and `beside` (if given) as a third task. `cache` is the sorted
+  // order's, and holds every sequence's rows after. Throws the first plan's errors.
+  planner_detail::FirstPass first_dp_pass(
+      const GlobalBatch& batch, const std::vector<std::pair<BatchingOptions, ScheduleKind>>& plans,
+      int threads, BatchingCache& cache, const std::function<void()>& beside) const;
   void walk_token_budget(const GlobalBatch& batch, Choice* choice, std::vector<Choice>* searched) const;
   std::optional<Choice> redeal(const GlobalBatch& batch, const Choice& from, ScheduleKind schedule,
                                double beat_ms) const;
