@@ -131,8 +131,8 @@ struct VarlenMemoStore {
     auto has = [&](const VarlenRows& rows) {
       return std::ranges::any_of(entries, [&](const auto& e) { return e->sequence == rows.sequence; });
     };
-    std::vector<std::unique_ptr<VarlenRows>> taken;
-    for (auto& e : other.entries) {
+    std::vector<std::unique_ptr<VarlenRows>> taken;  // added after: has() must not see a
+    for (auto& e : other.entries) {                  // sequence's first mode and drop the rest
       if (!has(*e)) taken.push_back(std::move(e));
     }
     for (auto& e : taken) entries.push_back(std::move(e));

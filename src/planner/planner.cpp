@@ -191,6 +191,7 @@ Planner::Planner(const PlanConfig& config, const PlannerOptions& options)
     throw Error(ErrorKind::InvalidArgument,
                 cat("random orders must be >= 0, got ", options.random_orders));
   }
+  checked_thread_count(options.threads, "PlannerOptions::threads");
   Impl& m = *impl_;
   m.config = config;
   m.options = options;
@@ -315,7 +316,7 @@ IterationPlan Planner::plan_iteration(const GlobalBatch& batch, int threads) con
   iteration.sample_ids.reserve(batch.samples.size());
   for (const Sample& s : batch.samples) iteration.sample_ids.push_back(s.id);
 
-  Choice choice = m.choose(batch, resolve_thread_count(threads));
+  Choice choice = m.choose(batch, resolve_thread_count(checked_thread_count(threads, "plan_iteration threads")));
   std::int64_t real_tokens = 0, computed_tokens = 0;
   for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
     const std::vector<MicroBatch>& microbatches = choice.replicas[r].microbatches;

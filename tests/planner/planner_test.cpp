@@ -165,6 +165,23 @@ TEST(PlannerTest, OnePlanOnSeveralThreadsIsThePlanOnOne) {
   }
   EXPECT_FALSE(errors[0].empty());
   EXPECT_EQ(errors[1], errors[0]);
+  // A negative count is a bad argument, named, not a crash.
+  PlannerOptions negative;
+  negative.threads = -1;
+  auto expect_bad_count = [](auto&& make, const std::string& message) {
+    try {
+      make();
+      ADD_FAILURE() << "no error for " << message;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidArgument);
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  };
+  expect_bad_count([&] { Planner planner(long_samples, negative); },
+                   "PlannerOptions::threads must be >= 0 (0: one per hardware thread), got -1");
+  const Planner planner(long_samples);
+  expect_bad_count([&] { planner.plan_iteration(batches_of(long_samples, 1).front(), -2); },
+                   "plan_iteration threads must be >= 0 (0: one per hardware thread), got -2");
 }
 
 // Replicated stages through the real planner (every plan verified inside, round robin

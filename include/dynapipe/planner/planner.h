@@ -97,8 +97,8 @@ class Planner {
   // schedule x recompute fits the memory limit.
   IterationPlan plan_iteration(const GlobalBatch& batch) const;
   // The same on `threads` threads (0: one per hardware thread) instead of
-  // PlannerOptions::threads: the same plan, or the same error, for any count.
-  // REQUIRES: threads >= 0.
+  // PlannerOptions::threads: the same plan, or the same error, for any count. A negative
+  // count throws InvalidArgument (as PlannerOptions::threads does in the constructor).
   IterationPlan plan_iteration(const GlobalBatch& batch, int threads) const;
 
  private:
