@@ -72,7 +72,6 @@ FirstPass Planner::Impl::first_dp_pass(const GlobalBatch& batch,
       }
     }
   };
-  std::vector<bool> skipped(plans.size(), false);
   auto interleaved_later = [&](std::size_t k) {
     return k % rules != 0 && plans[k].second == ScheduleKind::Interleaved;
   };
@@ -96,15 +95,14 @@ FirstPass Planner::Impl::first_dp_pass(const GlobalBatch& batch,
         sorted_ready.wait();
         const double best_sorted = *std::min_element(sorted_ms.begin(), sorted_ms.end());
         if (sorted_own_mode[k % rules] && !(sorted_ms[k % rules] <= best_sorted * kInterleavedWindow)) {
-          skipped[k] = true;
-          continue;
+          continue;  // left out: found_at[k] stays empty
         }
       }
       run_plan(k, 1, side_by_side ? &packed_cache : &cache);
     }
   };
   const std::vector<std::exception_ptr> group_errors =
-      run_indexed(side_by_side && beside ? 3 : 2, threads, [&](std::size_t g) {
+      run_indexed(beside ? 3 : 2, threads, [&](std::size_t g) {
         if (g == 0) sorted_group();
         if (g == 1) packed_group();
         if (g == 2) beside();
@@ -123,10 +121,9 @@ FirstPass Planner::Impl::first_dp_pass(const GlobalBatch& batch,
   ranked.push_back(std::move(found[0][*found_at[0]]));
   best_of_order = rule_of = order_of = {0};
   for (std::size_t k = 1; k < plans.size(); ++k) {
-    if (skipped[k]) continue;
+    if (!found_at[k]) continue;  // skipped or ruled out
     const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order ||
                            plans[k].first.varlen_row_capacity != plans[k - 1].first.varlen_row_capacity;
-    if (!found_at[k]) continue;
     ranked.push_back(std::move(found_list(k < rules ? 0 : 1)[*found_at[k]]));
     rule_of.push_back(k % rules);
     if (new_order) {

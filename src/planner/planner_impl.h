@@ -231,7 +231,8 @@ struct Planner::Impl {
   // rank_dp_plans()'s first pass: a quick search of each plan's DP cut (plans[k]: options
   // and the schedule searched), the interleaved rule's later orders skipped where it lost
   // clearly on the sorted order. On `threads` > 1 the sorted order's DPs and the packed
-  // rows' run side by side, and `beside` (if given) as a third task. `cache` is the sorted
+  // rows' run side by side; `beside` (if given) is a third task, beside them on several
+  // threads, after them on one. `cache` is the sorted
   // order's, and holds every sequence's rows after. Throws the first plan's errors.
   planner_detail::FirstPass first_dp_pass(
       const GlobalBatch& batch, const std::vector<std::pair<BatchingOptions, ScheduleKind>>& plans,
