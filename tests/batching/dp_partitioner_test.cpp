@@ -175,6 +175,67 @@ TEST(DpPartitionerTest, MatchesBruteForceOnRandomTables) {
   EXPECT_EQ(checked, 600 * 8);
 }
 
+// min Σ t over partitions using only segments with t <= threshold (+inf if none): a plain
+// DP, the definition the search's passes must agree with.
+double min_sum_within(const SegmentTable& table, double threshold) {
+  std::vector<double> f(static_cast<std::size_t>(table.size()) + 1, kInf);
+  f[0] = 0;
+  for (int i = 0; i < table.size(); ++i) {
+    if (f[i] == kInf) continue;
+    for (int c = 1; c <= table.window(i); ++c) {
+      const double t = table.time_ms(i, c);
+      if (t <= threshold) f[i + c] = std::min(f[i + c], f[i] + t);
+    }
+  }
+  return f.back();
+}
+
+// Tables too long for brute force (50–100 items, windows up to 40), where the search's
+// descending chain takes tens of passes: its objective is the minimum over every segment
+// time T of w·f_T + (p−1)·T, each f_T from a plain DP, and it runs far fewer passes than
+// there are thresholds. Rows grow with the segment (the varlen costs' shape, with a little
+// noise that keeps them sorted) or are arbitrary.
+TEST(DpPartitionerTest, LongTablesMatchEveryThresholdSwept) {
+  for (std::uint64_t seed = 1; seed <= 16; ++seed) {
+    Rng rng(seed);
+    const int n = static_cast<int>(rng.uniform_int(50, 100));
+    const bool monotone = seed % 4 != 0;
+    const int max_window = static_cast<int>(rng.uniform_int(8, 40));
+    std::vector<double> tokens(static_cast<std::size_t>(n));
+    for (double& t : tokens) t = static_cast<double>(rng.uniform_int(16, 512));
+    SegmentTable table(n);
+    std::vector<double> thresholds;
+    for (int i = 0; i < n; ++i) {
+      double time = 0, row_tokens = 0;
+      for (int c = 1; c <= max_window && i + c <= n; ++c) {
+        row_tokens += tokens[static_cast<std::size_t>(i + c - 1)];
+        const double next = monotone ? 0.8 + 0.002 * row_tokens + rng.uniform(0, 1e-3)
+                                     : rng.uniform(0.5, 20.0);
+        time = monotone ? std::max(time, next) : next;
+        table.push(i, time);
+        thresholds.push_back(time);
+      }
+    }
+    std::sort(thresholds.begin(), thresholds.end());
+    thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
+    for (int p : {2, 4, 8}) {
+      for (double weight : {1.0, 0.5}) {
+        double expected = kInf;
+        for (double threshold : thresholds) {
+          const double f = min_sum_within(table, threshold);
+          if (f < kInf) expected = std::min(expected, weight * f + (p - 1) * threshold);
+        }
+        const Partition got = solve_partition(table, {.num_stages = p, .sum_weight = weight});
+        ASSERT_TRUE(got.found) << "seed " << seed << " p " << p;
+        ASSERT_NEAR(got.objective_ms, expected, 1e-9 * expected)
+            << "seed " << seed << " monotone " << monotone << " p " << p << " w " << weight;
+        ASSERT_NEAR(weight * got.sum_ms + (p - 1) * got.max_ms, got.objective_ms, 1e-9 * expected);
+        EXPECT_LT(got.dp_passes, static_cast<int>(thresholds.size()) / 4) << "seed " << seed;
+      }
+    }
+  }
+}
+
 TEST(DpPartitionerTest, ThinnedSearchEqualsEvaluatingEveryKeptThreshold) {
   for (std::uint64_t seed = 1; seed <= 100; ++seed) {
     Rng rng(seed);

@@ -101,19 +101,22 @@ struct Partition {
 //      nothing is feasible when times grow with the segment; one DP at the largest time
 //      below T_lo certifies that (if it is feasible after all, every time is kept),
 //      unless the caller sets items_bound_segments.
-//   3. Branch and bound over the segment times left, as values (no sorted list): a DP
-//      at T returning a partition whose max is T' proves f constant on [T', T]; a range
-//      whose ends have equal f is skipped. In a range (lo, hi) with f >= f_hi only
-//      thresholds T with w·f_hi + (p−1)·T < incumbent can improve; the DP runs at the
-//      largest of them (a binary search per row), so each pass either improves the
-//      incumbent or raises the f that bounds the thresholds below. The smallest
-//      threshold is run first, then ranges of smaller thresholds first.
-//      (Thinned mode bisects its sorted candidate list instead.)
+//   3. A descending chain over the segment times left, as values (no sorted list). The
+//      smallest threshold is run first (its f bounds f from above: the chain stops once
+//      f reaches it). Then, from the top, each DP runs at the largest threshold T below
+//      the last partition's max that could still improve: w·f_hi + (p−1)·T < incumbent,
+//      f_hi the last pass's f (f >= f_hi below it). Its partition's max T' <= T proves f
+//      constant on [T', T]; each pass either improves the incumbent or raises f_hi.
+//      Nothing above T can improve later (the test failed there with a larger incumbent
+//      and a smaller f_hi), so the thresholds that pass only shrink along the chain and
+//      each row's scan resumes where the last stopped. (Thinned mode bisects its sorted
+//      candidate list instead.)
 // Invariants: f_T is non-increasing in T; every candidate T is some segment time; the
 //   incumbent is always the objective of an actual partition.
 // Complexity: one DP pass is O(Σ_i min(window(i), #segments from i with t <= T)) when
-//   rows are non-decreasing (checked once; else O(Σ window)), and choosing its threshold
-//   O(n log window). Passes: 1 for p = 1, in practice a few to a few tens.
+//   rows are non-decreasing (checked once; else O(Σ window)); choosing the thresholds
+//   O(n) per pass plus O(Σ window) for the whole chain (else O(Σ window) per pass).
+//   Passes: 1 for p = 1, in practice a few to a few tens.
 Partition solve_partition(const SegmentTable& table, const PartitionOptions& options);
 
 }  // namespace dynapipe
