@@ -183,9 +183,9 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
         op = {dev.pending_w.front(), s, OpKind::W};
         dev.pending_w.erase(dev.pending_w.begin());
       } else {
-        // Nothing to run now: wait for the next arrival already on its way; inputs not yet
-        // produced wake this device when they are sent.
-        if (earliest < kInfinity) wakeups.emplace(earliest, d);
+        // Nothing to run now: wait for the next arrival. send() pushed a wake-up at each
+        // arrival still to come (after this device's last op), and inputs not yet produced
+        // wake this device when they are sent.
         continue;
       }
     }

@@ -121,9 +121,9 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const Bu
     } else if (has_next && !memory_bound && ready >= 0 && ready <= now) {
       op = dev.sequence[dev.next];
     } else {
-      // Nothing to run: wait for the next op's input; an unknown one wakes this device
-      // when its producer runs (send() pushes a wake-up).
-      if (ready > now) wakeups.emplace(ready, d);
+      // Nothing to run: wait for the next op's input. send() pushed its arrival's
+      // wake-up (an input on its way arrives after this device's last op ends, or it
+      // would be here), and one not yet produced pushes it when its producer runs.
       continue;
     }
 
