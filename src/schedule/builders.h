@@ -4,8 +4,11 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
+#include <limits>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "dynapipe/schedule/pipeline.h"
@@ -68,6 +71,61 @@ inline void time_op(SimResult* timing, int device, double start_ms, double end_m
   timing->busy_ms[static_cast<std::size_t>(device)] += end_ms - start_ms;
   timing->makespan_ms = std::max(timing->makespan_ms, end_ms);
 }
+
+// The list schedules' wake-ups: (time, device) pairs popped earliest first, ties by the
+// lower device, as one min-heap of pairs pops them. Kept per device (each holds a few)
+// under a tournament over the devices' earliest: a push or pop touches its device's short
+// list and log2(devices) nodes, where the heap sifted through every pending pair (half of a
+// zb1p build's instructions, T5-11B pp 8 short256).
+class WakeupQueue {
+ public:
+  explicit WakeupQueue(int devices)
+      : pending_(static_cast<std::size_t>(devices)),
+        leaves_(std::bit_ceil(static_cast<std::size_t>(devices))),
+        earliest_(leaves_, kNone), tree_(2 * leaves_) {
+    for (std::size_t d = 0; d < leaves_; ++d) tree_[leaves_ + d] = static_cast<int>(d);
+    for (std::size_t node = leaves_ - 1; node >= 1; --node) tree_[node] = tree_[2 * node];
+    for (int d = 0; d < devices; ++d) push(0.0, d);
+  }
+  bool empty() const { return earliest_[static_cast<std::size_t>(tree_[1])] == kNone; }
+  // REQUIRES: !empty().
+  std::pair<double, int> pop() {
+    const int d = tree_[1];
+    std::vector<double>& mine = pending_[static_cast<std::size_t>(d)];
+    const double time_ms = mine.back();
+    mine.pop_back();
+    update(d, mine.empty() ? kNone : mine.back());
+    return {time_ms, d};
+  }
+  void push(double time_ms, int device) {
+    std::vector<double>& mine = pending_[static_cast<std::size_t>(device)];
+    // Latest first, so the earliest is at the back; a device holds a few.
+    auto it = mine.end();
+    while (it != mine.begin() && *(it - 1) < time_ms) --it;
+    const bool earliest = it == mine.end();
+    mine.insert(it, time_ms);
+    if (earliest) update(device, time_ms);
+  }
+
+ private:
+  static constexpr double kNone = std::numeric_limits<double>::infinity();  // no wake-up
+
+  // Device d's earliest wake-up is now `time_ms`: replay its matches up to the root (a
+  // left child holds the lower devices, so it wins ties).
+  void update(int d, double time_ms) {
+    earliest_[static_cast<std::size_t>(d)] = time_ms;
+    for (std::size_t node = (leaves_ + static_cast<std::size_t>(d)) / 2; node >= 1; node /= 2) {
+      const int left = tree_[2 * node], right = tree_[2 * node + 1];
+      tree_[node] = earliest_[static_cast<std::size_t>(right)] < earliest_[static_cast<std::size_t>(left)]
+                        ? right : left;
+    }
+  }
+
+  std::vector<std::vector<double>> pending_;  // per device, latest first
+  std::size_t leaves_;
+  std::vector<double> earliest_;  // per device (and padding up to leaves_): kNone if none
+  std::vector<int> tree_;         // tree_[1]: the device with the earliest wake-up
+};
 
 // Zero-bubble ZB-H1-like greedy list schedule with split backward (I, W).
 // layout.chunks == 1.

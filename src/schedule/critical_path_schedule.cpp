@@ -38,7 +38,6 @@
 #include <functional>
 #include <optional>
 #include <limits>
-#include <queue>
 #include <utility>
 #include <vector>
 
@@ -110,15 +109,13 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
   std::vector<double> link_free(static_cast<std::size_t>(p) * p, 0.0);
   MemoryTrack tracked(problem, options);
   start_timing(timing, p);
-  using Wakeup = std::pair<double, int>;  // (time, device), earliest first
-  std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<>> wakeups;
-  for (int d = 0; d < p; ++d) wakeups.emplace(0.0, d);
+  WakeupQueue wakeups(p);
 
   // Sends `mb`'s output from `from` to `to` at `send_ms`; returns the arrival.
   auto send = [&](int from, int to, std::int64_t bytes, double send_ms) {
     double& link = link_free[static_cast<std::size_t>(from) * p + to];
     link = std::max(send_ms, link) + problem.p2p_ms(bytes);
-    wakeups.emplace(std::max(link, devices[to].free_ms), to);
+    wakeups.push(std::max(link, devices[to].free_ms), to);
     return link;
   };
   // The admissible ready entry of `list` with the highest priority (ties: the lowest
@@ -144,8 +141,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
   };
 
   while (!wakeups.empty()) {
-    const auto [now, d] = wakeups.top();
-    wakeups.pop();
+    const auto [now, d] = wakeups.pop();
     DeviceState& dev = devices[d];
     if (now < dev.free_ms || dev.ops_run == ops_per_device) continue;  // stale or done
     const int s = d;
@@ -223,7 +219,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
             {op.mb, send(d, d - 1, problem.costs[op.mb][s - 1].output_bytes, end)});
       }
     }
-    wakeups.emplace(end, d);
+    wakeups.push(end, d);
   }
   for (int d = 0; d < p; ++d) {
     DYNAPIPE_CHECK(devices[d].ops_run == ops_per_device,

@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <queue>
 #include <utility>
 #include <vector>
 
@@ -71,9 +70,7 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const Bu
 
   MemoryTrack memory(problem, options);
   start_timing(timing, num_devices);
-  using Wakeup = std::pair<double, int>;  // (time, device), earliest first
-  std::priority_queue<Wakeup, std::vector<Wakeup>, std::greater<>> wakeups;
-  for (int d = 0; d < num_devices; ++d) wakeups.emplace(0.0, d);
+  WakeupQueue wakeups(num_devices);
 
   auto send = [&](int from, int to, std::int64_t bytes, double send_ms) {
     if (from == to) return send_ms;
@@ -81,14 +78,13 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const Bu
     link = std::max(send_ms, link) + problem.p2p_ms(bytes);
     // A device busy past the arrival wakes at its own end anyway (that wake-up is still
     // queued, since send_ms >= the current time).
-    if (link >= devices[to].free_ms) wakeups.emplace(link, to);
+    if (link >= devices[to].free_ms) wakeups.push(link, to);
     return link;
   };
   auto cell = [&](int mb, int s) { return static_cast<std::size_t>(mb) * num_devices + s; };
 
   while (!wakeups.empty()) {
-    const auto [now, d] = wakeups.top();
-    wakeups.pop();
+    const auto [now, d] = wakeups.pop();
     DeviceState& dev = devices[d];
     if (now < dev.free_ms || dev.done()) continue;  // stale: busy until free_ms
     const int s = d;
@@ -156,7 +152,7 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const Bu
         ++dev.weights;
         break;
     }
-    wakeups.emplace(end, d);
+    wakeups.push(end, d);
   }
   for (int d = 0; d < num_devices; ++d) {
     DYNAPIPE_CHECK(devices[d].done(), cat("zb1p schedule: device ", d, " stopped after ",
