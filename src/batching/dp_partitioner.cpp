@@ -33,6 +33,8 @@ class ThresholdDp {
   // same either way).
   DYNAPIPE_ALSO_AVX2 double run(double threshold) {
     const int n = table_.size();
+    DYNAPIPE_CHECK(!descending_ || threshold <= threshold_,
+                   cat("descending threshold DP at ", threshold, " after ", threshold_));
     threshold_ = threshold;
     std::fill(f_.begin(), f_.end(), kInf);
     f_[0] = 0;
@@ -45,10 +47,16 @@ class ThresholdDp {
       if (rows_monotone_) {
         // The segments within the threshold lead the row. Only f is kept (reconstruct()
         // finds the cuts), so the update is a plain min the compiler can vectorise.
-        const std::size_t len =
-            row.empty() || row.back() <= threshold
-                ? row.size()
-                : static_cast<std::size_t>(std::upper_bound(row.begin(), row.end(), threshold) - row.begin());
+        std::size_t len;
+        if (descending_) {  // from the last run's count: the threshold only fell since
+          int& within = within_[static_cast<std::size_t>(i)];
+          while (within > 0 && row[static_cast<std::size_t>(within) - 1] > threshold) --within;
+          len = static_cast<std::size_t>(within);
+        } else {
+          len = row.empty() || row.back() <= threshold
+                    ? row.size()
+                    : static_cast<std::size_t>(std::upper_bound(row.begin(), row.end(), threshold) - row.begin());
+        }
         for (std::size_t c = 0; c < len; ++c) f[c] = std::min(f[c], f_i + row[c]);
         reach_[i] = i + static_cast<int>(len);
         continue;
@@ -59,6 +67,17 @@ class ThresholdDp {
       }
     }
     return f_[n];
+  }
+
+  // The runs from here on come with thresholds that never rise (sweep_down()'s chain):
+  // each finds a monotone row's segments within its threshold by stepping back from the
+  // last run's count, O(Σ window) for the whole chain, not a binary search per row and run.
+  void start_descending() {
+    if (!rows_monotone_) return;
+    descending_ = true;
+    threshold_ = kInf;
+    within_.resize(static_cast<std::size_t>(table_.size()));
+    for (int i = 0; i < table_.size(); ++i) within_[static_cast<std::size_t>(i)] = table_.window(i);
   }
 
   // The partition of the last run(). REQUIRES: it returned a finite value. Back from the
@@ -100,6 +119,8 @@ class ThresholdDp {
   bool rows_monotone_;
   std::vector<double> f_;
   double threshold_ = kInf;  // of the last run()
+  bool descending_ = false;       // start_descending() was called
+  std::vector<int> within_;       // descending: per row, its segments within the last threshold
   std::vector<int> reach_;        // per row, in the last run(): i + its segments within it
   std::vector<int> first_start_;  // reconstruct()'s scratch
 };
@@ -239,6 +260,7 @@ class ThresholdSearch {
     }
     // (Below t_small no threshold is left.)
     cursor_.clear();
+    dp_.start_descending();
     while (range.f_lo != range.f_hi) {  // f constant on the range: lo was the best
       const double t = largest_threshold(range, floor, t_up);
       // No threshold left in the range that could improve.

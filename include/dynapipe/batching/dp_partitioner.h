@@ -115,7 +115,8 @@ struct Partition {
 //   incumbent is always the objective of an actual partition.
 // Complexity: one DP pass is O(Σ_i min(window(i), #segments from i with t <= T)) when
 //   rows are non-decreasing (checked once; else O(Σ window)); choosing the thresholds
-//   O(n) per pass plus O(Σ window) for the whole chain (else O(Σ window) per pass).
+//   and finding each row's segments within them O(n) per pass plus O(Σ window) for the
+//   whole chain (else O(Σ window) per pass).
 //   Passes: 1 for p = 1, in practice a few to a few tens.
 Partition solve_partition(const SegmentTable& table, const PartitionOptions& options);
 
