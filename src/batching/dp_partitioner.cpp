@@ -133,7 +133,8 @@ bool rows_non_decreasing(const SegmentTable& table) {
   return true;
 }
 
-// Branch and bound over sorted thresholds (see solve_partition() in the header).
+// The threshold searches: the exact descending chain, and the thinned mode's branch and
+// bound over sorted thresholds (see solve_partition() in the header).
 class ThresholdSearch {
  public:
   ThresholdSearch(const SegmentTable& table, const PartitionOptions& options)
