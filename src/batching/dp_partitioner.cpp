@@ -16,6 +16,13 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 #define DYNAPIPE_ALSO_AVX2
 #endif
 
+// Per row, its window: where a descending chain's per-row counts start.
+std::vector<int> row_windows(const SegmentTable& table) {
+  std::vector<int> windows(static_cast<std::size_t>(table.size()));
+  for (int i = 0; i < table.size(); ++i) windows[static_cast<std::size_t>(i)] = table.window(i);
+  return windows;
+}
+
 // f(j) = min Σ t over partitions of items [0, j) using only segments with t <= threshold,
 // filled forward ("push"): when row i is read, f(i) is final because every segment
 // ending at i starts before it.
@@ -76,8 +83,7 @@ class ThresholdDp {
     if (!rows_monotone_) return;
     descending_ = true;
     threshold_ = kInf;
-    within_.resize(static_cast<std::size_t>(table_.size()));
-    for (int i = 0; i < table_.size(); ++i) within_[static_cast<std::size_t>(i)] = table_.window(i);
+    within_ = row_windows(table_);
   }
 
   // The partition of the last run(). REQUIRES: it returned a finite value. Back from the
@@ -260,7 +266,7 @@ class ThresholdSearch {
       range.f_lo = f_small;
     }
     // (Below t_small no threshold is left.)
-    cursor_.clear();
+    if (rows_monotone_) cursor_ = row_windows(table_);
     dp_.start_descending();
     while (range.f_lo != range.f_hi) {  // f constant on the range: lo was the best
       const double t = largest_threshold(range, floor, t_up);
@@ -294,7 +300,7 @@ class ThresholdSearch {
 
   // The largest segment time T in [floor, t_up] below range.hi that could still improve
   // (w·f_hi + (p−1)·T < incumbent); -inf if none. REQUIRES: each call's test passes on no
-  // more times than the last one's since cursor_ was cleared (sweep_down()'s chain).
+  // more times than the last one's since sweep_down() set cursor_ (its chain).
   double largest_threshold(const Range& range, double floor, double t_up) {
     // Loop invariants in locals: the rows are doubles too, so the compiler would reload
     // the members after every row read.
@@ -313,10 +319,6 @@ class ThresholdSearch {
     // Per row, the times from cursor_[i] on failed an earlier call's test, so they fail
     // this one's: the cursor only moves down. A row whose time below it is no larger than
     // the largest found adds nothing and keeps its cursor (it moves on a later call).
-    if (cursor_.empty()) {
-      cursor_.resize(static_cast<std::size_t>(table_.size()));
-      for (int i = 0; i < table_.size(); ++i) cursor_[static_cast<std::size_t>(i)] = table_.window(i);
-    }
     for (int i = 0; i < table_.size(); ++i) {
       const double* row = table_.row(i).data();
       int& c = cursor_[static_cast<std::size_t>(i)];

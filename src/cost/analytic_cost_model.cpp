@@ -344,10 +344,7 @@ class AnalyticCostModel final : public CostModel {
       return get(embedding_, [&] { return embedding_cost(m_.c_, b * se); });
     }
     const LayerCost& encoder() {
-      return get(encoder_, [&] {
-        if (!encoder_terms_) encoder_terms_ = encoder_terms();
-        return encoder_terms_->in(recompute_);
-      });
+      return get(encoder_, [&] { return encoder_terms().in(recompute_); });
     }
     // A transformer layer under every mode (not cached).
     detail::LayerTerms encoder_terms() const { return encoder_layer_terms(m_.c_, b, se, density_.enc); }
@@ -359,23 +356,13 @@ class AnalyticCostModel final : public CostModel {
       return get(dec_embedding_, [&] { return embedding_cost(m_.c_, b * sd); });
     }
     const LayerCost& decoder() {
-      return get(decoder_, [&] {
-        if (!decoder_terms_) decoder_terms_ = decoder_terms();
-        return decoder_terms_->in(recompute_);
-      });
+      return get(decoder_, [&] { return decoder_terms().in(recompute_); });
     }
     const LayerCost& head() {
       return get(head_,
                  [&] { return head_cost(m_.c_, b * (m_.model_.kind == ModelKind::T5 ? sd : se)); });
     }
     Recompute recompute() const { return recompute_; }
-    // The layers under another mode for the same micro-batch: the mode-free layers and
-    // each layer's shared terms are not computed again.
-    void use(Recompute recompute) {
-      recompute_ = recompute;
-      encoder_.reset();
-      decoder_.reset();
-    }
 
    private:
     template <typename Make>
@@ -387,7 +374,6 @@ class AnalyticCostModel final : public CostModel {
     AttentionDensity density_;
     Recompute recompute_;
     std::optional<LayerCost> embedding_, encoder_, dec_embedding_, decoder_, head_;
-    std::optional<detail::LayerTerms> encoder_terms_, decoder_terms_;  // every mode's: use()
   };
 
   // Without attention (density 0) every layer's time is affine in its tokens: the

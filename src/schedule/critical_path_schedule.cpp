@@ -35,9 +35,7 @@
 // Complexity: O(ops · (m + log devices)) — the ready lists are scanned per decision.
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <optional>
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -46,8 +44,6 @@
 
 namespace dynapipe::detail {
 namespace {
-
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // An input that has been sent to a device: the micro-batch and when it is there.
 struct Arrival {
@@ -119,17 +115,13 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
     return link;
   };
   // The admissible ready entry of `list` with the highest priority (ties: the lowest
-  // micro-batch), or -1; `earliest` gets the first arrival still to come.
+  // micro-batch), or -1.
   auto pick = [&](const std::vector<Arrival>& list, double now, auto&& priority,
-                  double& earliest, auto&& admissible) {
+                  auto&& admissible) {
     int best = -1;
     for (int i = 0; i < static_cast<int>(list.size()); ++i) {
       const Arrival& a = list[i];
-      if (a.at_ms > now) {
-        earliest = std::min(earliest, a.at_ms);
-        continue;
-      }
-      if (!admissible(a.mb)) continue;
+      if (a.at_ms > now || !admissible(a.mb)) continue;
       if (best < 0) {
         best = i;
         continue;
@@ -145,13 +137,12 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
     DeviceState& dev = devices[d];
     if (now < dev.free_ms || dev.ops_run == ops_per_device) continue;  // stale or done
     const int s = d;
-    double earliest = kInfinity;
 
     PipelineOp op;
     auto oldest = [](int mb) { return -static_cast<double>(mb); };
     auto longest_chain = [&](int mb) { return fchain[cell(mb, s)]; };
     auto any = [](int) { return true; };
-    const int b = pick(dev.backwards, now, oldest, earliest, any);
+    const int b = pick(dev.backwards, now, oldest, any);
     if (b >= 0) {
       op = {dev.backwards[b].mb, s, backward};
       dev.backwards.erase(dev.backwards.begin() + b);
@@ -167,7 +158,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
       if (s == 0) {
         if (dev.next_injection < m && fits(dev.next_injection)) mb = dev.next_injection++;
       } else {
-        const int f = pick(dev.forwards, now, longest_chain, earliest, fits);
+        const int f = pick(dev.forwards, now, longest_chain, fits);
         if (f >= 0) {
           mb = dev.forwards[f].mb;
           dev.forwards.erase(dev.forwards.begin() + f);

@@ -21,7 +21,6 @@
 // Complexity: O(ops log devices) with a heap of device wake-up times.
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <utility>
 #include <vector>
