@@ -3,18 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dynapipe/core/cpu_dispatch.h"
 #include "dynapipe/core/error.h"
 
 namespace dynapipe {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define DYNAPIPE_ALSO_AVX2 __attribute__((target_clones("avx2", "default")))
-#else
-#define DYNAPIPE_ALSO_AVX2
-#endif
 
 // Per row, its window: where a descending chain's per-row counts start.
 std::vector<int> row_windows(const SegmentTable& table) {

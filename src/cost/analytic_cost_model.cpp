@@ -9,6 +9,7 @@
 #include <span>
 
 #include "cost/layer_cost.h"
+#include "dynapipe/core/cpu_dispatch.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/cost_model.h"
@@ -46,7 +47,7 @@ double attention_backward_factor(const LayerCoefficients& c) { return c.flash_at
 }  // namespace
 
 // One GPT layer or T5 encoder layer over b rows of s tokens.
-LayerTerms encoder_layer_terms(const LayerCoefficients& c, double b, double s, double density) {
+DYNAPIPE_ALSO_AVX2 LayerTerms encoder_layer_terms(const LayerCoefficients& c, double b, double s, double density) {
   LayerTerms terms;
   LayerCost& cost = terms.common;
   const double n = b * s;  // tokens
@@ -91,7 +92,7 @@ LayerTerms encoder_layer_terms(const LayerCoefficients& c, double b, double s, d
 }
 
 // One T5 decoder layer: causal self-attention over sd, cross-attention sd x se, MLP.
-LayerTerms decoder_layer_terms(const LayerCoefficients& c, double b, double se, double sd,
+DYNAPIPE_ALSO_AVX2 LayerTerms decoder_layer_terms(const LayerCoefficients& c, double b, double se, double sd,
                                double self_density, double cross_density) {
   LayerTerms terms;
   LayerCost& cost = terms.common;
@@ -146,7 +147,7 @@ LayerTerms decoder_layer_terms(const LayerCoefficients& c, double b, double se, 
 
 // Token + position lookup and dropout over n tokens. Its backward is the scatter-add
 // into the tables: weight gradient only, apart from the dropout.
-LayerCost embedding_cost(const LayerCoefficients& c, double n) {
+DYNAPIPE_ALSO_AVX2 LayerCost embedding_cost(const LayerCoefficients& c, double n) {
   LayerCost cost;
   if (n <= 0) return cost;
   const double e = c.e, h = c.h;
@@ -160,7 +161,7 @@ LayerCost embedding_cost(const LayerCoefficients& c, double n) {
 
 // Final LN, LM head (h x vocab matmul) and cross-entropy over n tokens. The loss keeps
 // the logits' softmax in fp32 (4 n V bytes) until backward.
-LayerCost head_cost(const LayerCoefficients& c, double n) {
+DYNAPIPE_ALSO_AVX2 LayerCost head_cost(const LayerCoefficients& c, double n) {
   LayerCost cost;
   if (n <= 0) return cost;
   const double e = c.e, h = c.h, v = c.v;
@@ -284,22 +285,7 @@ class AnalyticCostModel final : public CostModel {
       CostModel::bottleneck_ms_and_bytes_modes(shape, density, modes, scratch, times, bytes);
       return;
     }
-    // Every layer kind a stage has, resolved up front: the mode-free ones once, the
-    // transformer layers per mode. The same values the lazy LayerCosts gives, summed the
-    // same way, without its checks in every stage's sum (the segment scans' costing was
-    // mostly that: ~1,000 of ~1,300 instructions per segment, GPT-6.7B pp 4 short256).
-    LayerCosts layers(*this, shape, density, modes.front());
-    ResolvedLayers resolved(layers);
-    if (has_kind_.embedding) resolved.embedding_cost = layers.embedding();
-    if (has_kind_.dec_embedding) resolved.dec_embedding_cost = layers.dec_embedding();
-    if (has_kind_.head) resolved.head_cost = layers.head();
-    const detail::LayerTerms encoder = has_kind_.encoder ? layers.encoder_terms() : detail::LayerTerms{};
-    const detail::LayerTerms decoder = has_kind_.decoder ? layers.decoder_terms() : detail::LayerTerms{};
-    for (std::size_t k = 0; k < modes.size(); ++k) {
-      resolved.encoder_cost = encoder.in(modes[k]);
-      resolved.decoder_cost = decoder.in(modes[k]);
-      times[k] = bottleneck_of(resolved, bytes.subspan(2 * p * k, 2 * p));
-    }
+    resolved_modes(shape, density, modes, times, bytes);
   }
 
   // Probed once per mode by the constructor (probe_affine_time_bound()).
@@ -439,6 +425,30 @@ class AnalyticCostModel final : public CostModel {
     const LayerCost& decoder() const { return decoder_cost; }
     const LayerCost& head() const { return head_cost; }
   };
+
+  // bottleneck_ms_and_bytes_modes() for tp = 1: the segment scans' costing, built for AVX2
+  // too (core/cpu_dispatch.h; the same values bit for bit), as are the layer terms.
+  DYNAPIPE_ALSO_AVX2 void resolved_modes(
+      const MicroBatchShape& shape, const AttentionDensity& density, std::span<const Recompute> modes,
+      std::span<double> times, std::span<std::int64_t> bytes) const {
+    const std::size_t p = stages_.size();
+    // Every layer kind a stage has, resolved up front: the mode-free ones once, the
+    // transformer layers per mode. The same values the lazy LayerCosts gives, summed the
+    // same way, without its checks in every stage's sum (the segment scans' costing was
+    // mostly that: ~1,000 of ~1,300 instructions per segment, GPT-6.7B pp 4 short256).
+    LayerCosts layers(*this, shape, density, modes.front());
+    ResolvedLayers resolved(layers);
+    if (has_kind_.embedding) resolved.embedding_cost = layers.embedding();
+    if (has_kind_.dec_embedding) resolved.dec_embedding_cost = layers.dec_embedding();
+    if (has_kind_.head) resolved.head_cost = layers.head();
+    const detail::LayerTerms encoder = has_kind_.encoder ? layers.encoder_terms() : detail::LayerTerms{};
+    const detail::LayerTerms decoder = has_kind_.decoder ? layers.decoder_terms() : detail::LayerTerms{};
+    for (std::size_t k = 0; k < modes.size(); ++k) {
+      resolved.encoder_cost = encoder.in(modes[k]);
+      resolved.decoder_cost = decoder.in(modes[k]);
+      times[k] = bottleneck_of(resolved, bytes.subspan(2 * p * k, 2 * p));
+    }
+  }
 
   // The bottleneck time and per-stage bytes of bottleneck_ms_and_bytes() (tp = 1),
   // from layers in their current mode (LayerCosts or ResolvedLayers).
