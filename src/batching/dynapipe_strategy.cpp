@@ -348,12 +348,13 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     const std::size_t limit =
         static_cast<std::size_t>(std::min<std::int64_t>(size() - i, max_count));
     const VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(i)];
-    const VarlenRows::Fit& fit = (*fit_)[static_cast<std::size_t>(i)];
+    VarlenRows::Fit& fit = (*fit_)[static_cast<std::size_t>(i)];
     if (monotone_ && row.sorted) {
       const std::size_t costed = std::min(row.time_ms.size(), limit);
       const std::size_t within = static_cast<std::size_t>(
           std::upper_bound(row.time_ms.begin(), row.time_ms.begin() + costed, cap_ms) -
           row.time_ms.begin());
+      if (within > fit.known) advance_fit(row, fit, within);
       if (within <= fit.known) {
         // Stopped by the cap or the end, every segment before known to fit.
         if (within < costed || costed == limit) return static_cast<int>(within);
@@ -378,10 +379,14 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
       if (c == row.time_ms.size()) extend(i, &row);
       const double t = row.time_ms[c];
       if (t > cap_ms && monotone_) break;
-      if (c >= fit.known) {  // memory is checked once per segment and rule
+      // Memory is checked once per segment and rule; where the row is costed past c, its
+      // frontier by bisection (advance_fit()).
+      if (c >= fit.known && monotone_ && c + 1 < row.time_ms.size()) {
+        advance_fit(row, fit, row.time_ms.size());
+      }
+      if (c >= fit.known) {
         if (fit.closed) break;
-        const auto bytes = std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_);
-        if (!costs_.fits(bytes, rule_for(rule_, c + 1))) {
+        if (!segment_bytes_fit(row, c)) {
           fit.closed = true;
           break;
         }
@@ -394,6 +399,33 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
       }
     }
     for (std::size_t c = 0; c < within; ++c) emit(static_cast<int>(c) + 1, row.time_ms[c]);
+  }
+
+  // Whether segment c of `row` (costed) fits this scanner's rule.
+  bool segment_bytes_fit(const VarlenRows::Row& row, std::size_t c) const {
+    const auto bytes = std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_);
+    return costs_.fits(bytes, rule_for(rule_, c + 1));
+  }
+
+  // Moves a row's fit frontier under this rule over its costed segments up to `upto` by
+  // bisection: where time is monotone (the analytic model) memory grows along a row too
+  // (each sample adds more to what a stage holds than it can take off a transient
+  // peak), so the segments that fit are a prefix, as a scan that stops at the first too
+  // heavy one takes them. O(log) checks where the scan makes one per segment; a later
+  // rule's first scan of a row costed by earlier DPs checks most of its segments.
+  void advance_fit(const VarlenRows::Row& row, VarlenRows::Fit& fit, std::size_t upto) const {
+    if (fit.closed || upto <= fit.known) return;
+    std::size_t lo = fit.known, hi = upto;  // [known, lo) fit, [hi, upto) do not
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (segment_bytes_fit(row, mid)) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    fit.known = lo;
+    fit.closed = lo < upto;
   }
 
   // Whether segment c of row i ([i, i + c + 1)) exists and fits this scanner's rule and

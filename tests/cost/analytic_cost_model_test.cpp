@@ -291,6 +291,57 @@ TEST(AnalyticCostModelTest, MonotoneInBatchAndSeqlenOnEveryStage) {
   }
 }
 
+// Along a varlen row (samples added one at a time: tokens and Σ L² grow, the density may
+// fall) what the batching's memory check adds up per stage, k·held + peak, never falls,
+// for any k >= 1: the varlen scans find where a row stops fitting by bisection
+// (VarlenScanner::advance_fit()). The peak alone can fall (the LibTorch runtime's
+// backward peak, cpu preset, once a row's scores dominate it); what each sample adds to
+// the held bytes outweighs that.
+TEST(AnalyticCostModelTest, HeldPlusPeakGrowsAlongAVarlenRow) {
+  Rng rng(23);
+  for (const char* model : {"gpt-small", "t5-small", "gpt-6.7b", "t5-11b"}) {
+    for (const char* device : {"a100-40g", "h100-80g", "cpu"}) {
+      const bool t5 = std::string(model).starts_with("t5");
+      auto m = analytic(model, 3, device);
+      const std::size_t p = 3;
+      std::vector<StageCost> scratch(p);
+      std::vector<std::int64_t> before(2 * p), after(2 * p);
+      for (Recompute mode : kModes) {
+        SCOPED_TRACE(testing::Message() << model << " " << device << " " << recompute_name(mode));
+        for (int row = 0; row < 20; ++row) {
+          std::int64_t enc = 0, dec = 0;
+          double enc_squares = 0, dec_squares = 0;
+          for (int sample = 0; sample < 24; ++sample) {
+            // Long and short samples mixed: a short one after long ones lowers the density.
+            const std::int64_t len = rng.uniform_int(0, 2) == 0 ? rng.uniform_int(1000, 4000)
+                                                                : rng.uniform_int(1, 64);
+            const std::int64_t dec_len = t5 ? rng.uniform_int(1, 300) : 0;
+            enc += len;
+            dec += dec_len;
+            enc_squares += static_cast<double>(len) * static_cast<double>(len);
+            dec_squares += static_cast<double>(dec_len) * static_cast<double>(dec_len);
+            const MicroBatchShape shape{.batch = 1, .seqlen = (enc + 7) / 8 * 8,
+                                        .dec_seqlen = t5 ? (dec + 7) / 8 * 8 : 0};
+            const auto square = [](std::int64_t n) { return static_cast<double>(n) * static_cast<double>(n); };
+            const AttentionDensity density{.enc = enc_squares / square(shape.seqlen),
+                                           .dec = t5 ? dec_squares / square(shape.dec_seqlen) : 1.0};
+            m->bottleneck_ms_and_bytes(shape, density, mode, scratch, after);
+            if (sample > 0) {
+              for (std::size_t s = 0; s < p; ++s) {
+                for (std::int64_t k : {1, 2, 8}) {
+                  ASSERT_GE(k * after[s] + after[p + s], k * before[s] + before[p + s])
+                      << "stage " << s << " k " << k << " sample " << sample;
+                }
+              }
+            }
+            before = after;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(AnalyticCostModelTest, SparseAttentionLowersTimeAndMemory) {
   auto gpt = analytic("gpt-small", 2);
   const MicroBatchShape shape{.batch = 4, .seqlen = 1024};
