@@ -34,7 +34,8 @@ ScheduleOrder build_cyclic(const PipelineProblem& problem, bool barriers);
 
 // The two list schedules below keep the simulator's clock while they choose; each
 // returns nullopt (stopped) as soon as one of its ops ends at or after
-// options.stop_at_ms, since the order's simulated makespan is then >= that, and with
+// options.stop_at_ms, or its device's work left shows that the device cannot finish
+// before it (WorkLeft), since the order's simulated makespan is then >= that, and with
 // options.stop_over_memory as soon as a device's memory passes the limit
 // (Schedule::build). With an order, `timing` (when non-null) gets its makespan_ms and
 // busy_ms as the simulator sums them.
@@ -71,6 +72,37 @@ inline void time_op(SimResult* timing, int device, double start_ms, double end_m
   timing->busy_ms[static_cast<std::size_t>(device)] += end_ms - start_ms;
   timing->makespan_ms = std::max(timing->makespan_ms, end_ms);
 }
+
+// A list schedule's early stop by the work a device has left: its ops run one after
+// another, so once the op it starts ends at `end`, its last op ends at `end` plus the
+// rest of its work or later, and so does the order's makespan. An order that cannot beat
+// options.stop_at_ms is then given up where that shows (often mid-build) rather than where
+// one of its ops ends past it (near the end). The test keeps a relative slack of 1e-9, far
+// above the rounding of these sums, so it stops no order that would end below stop_at_ms.
+class WorkLeft {
+ public:
+  // Each device's ops: every micro-batch's forward and backward on its stage (device ==
+  // stage), the backward as I and W where `split`, else as B.
+  WorkLeft(const PipelineProblem& problem, bool split)
+      : left_(static_cast<std::size_t>(problem.num_stages()), 0.0) {
+    for (const std::vector<StageCost>& per_stage : problem.costs) {
+      for (std::size_t s = 0; s < left_.size(); ++s) {
+        const StageCost& c = per_stage[s];
+        left_[s] += c.fwd_ms + (split ? c.bwd_input_ms + c.bwd_weight_ms : c.bwd_ms);
+      }
+    }
+  }
+  // Takes an op of `op_ms` off device d's work as it starts, to end at `end_ms`: whether
+  // the device cannot finish before `stop_at_ms` now.
+  bool cannot_finish_before(int d, double op_ms, double end_ms, double stop_at_ms) {
+    double& left = left_[static_cast<std::size_t>(d)];
+    left -= op_ms;
+    return end_ms + left >= stop_at_ms * (1 + 1e-9);
+  }
+
+ private:
+  std::vector<double> left_;  // per device: the work of its ops not yet started
+};
 
 // The list schedules' wake-ups: (time, device) pairs popped earliest first, ties by the
 // lower device, as one min-heap of pairs pops them. Kept per device (each holds a few)

@@ -1,6 +1,7 @@
 #include "dynapipe/schedule/simulator.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "dynapipe/core/error.h"
@@ -284,6 +285,16 @@ std::size_t Simulator::run_ops(const Run& run) {
   const bool barriers = !run.order.op_cycle.empty();
   std::size_t ops_run = 0;
   double makespan = 0;
+  // A stopping run also stops once a device's work left shows it cannot end before
+  // stop_at_ms (its ops run one after another; the builders' WorkLeft, the same slack).
+  const double stop_at = run.options.stop_at_ms;
+  const bool stops = stop_at < std::numeric_limits<double>::infinity();
+  if (stops) {
+    work_left_.assign(run.order.device_ops.size(), 0.0);
+    for (std::size_t d = 0; d < work_left_.size(); ++d) {
+      for (const PipelineOp& op : run.order.device_ops[d]) work_left_[d] += run.problem.op_ms(op);
+    }
+  }
   while (!worklist_.empty()) {
     const int d = worklist_.back();
     worklist_.pop_back();
@@ -294,11 +305,12 @@ std::size_t Simulator::run_ops(const Run& run) {
       if (ready < 0) break;
       const PipelineOp& op = ops[i];
       const double start = std::max(device_free_[d], ready);
-      const double end = start + run.problem.op_ms(op);
+      const double op_ms = run.problem.op_ms(op);
+      const double end = start + op_ms;
       device_free_[d] = end;
       run.result->busy_ms[d] += end - start;
       makespan = std::max(makespan, end);
-      if (end >= run.options.stop_at_ms) {
+      if (stops && (end >= stop_at || end + (work_left_[d] -= op_ms) >= stop_at * (1 + 1e-9))) {
         run.result->stopped = true;
         return ops_run + 1;
       }

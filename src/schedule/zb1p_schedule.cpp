@@ -70,6 +70,7 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const Bu
   MemoryTrack memory(problem, options);
   start_timing(timing, num_devices);
   WakeupQueue wakeups(num_devices);
+  WorkLeft work_left(problem, /*split=*/true);
 
   auto send = [&](int from, int to, std::int64_t bytes, double send_ms) {
     if (from == to) return send_ms;
@@ -122,10 +123,13 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const Bu
       continue;
     }
 
-    const double end = now + problem.op_ms(op);
+    const double op_ms = problem.op_ms(op);
+    const double end = now + op_ms;
     // The simulator times this op the same way (start = now, the end of its device's
     // last op or its input's arrival), so the order cannot beat options.stop_at_ms.
-    if (end >= options.stop_at_ms) return std::nullopt;
+    if (end >= options.stop_at_ms || work_left.cannot_finish_before(d, op_ms, end, options.stop_at_ms)) {
+      return std::nullopt;
+    }
     const StageCost& cost = problem.costs[op.mb][s];
     if (!memory.fits(d, op, cost)) return std::nullopt;
     time_op(timing, d, now, end);

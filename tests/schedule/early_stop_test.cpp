@@ -1,6 +1,6 @@
 // The search's exact shortcuts: a list schedule (zb1p, critical-path) given stop_at_ms
-// gives up exactly when the simulator would stop its order (an op ending at or after it),
-// and with over_memory exactly when the order would not fit; wait-free-cyclic reuses
+// gives up exactly when its order's makespan would not be below it (as soon as an op, or
+// an op plus its device's work left, ends at or after it), and with over_memory exactly when the order would not fit; wait-free-cyclic reuses
 // cyclic's orders; a search with the shortcuts finds what a search without them finds,
 // bit for bit.
 #include <gtest/gtest.h>
@@ -78,6 +78,29 @@ TEST(EarlyStopTest, Zb1pStopsAtItsMakespanExactly) {
   EXPECT_EQ(letters(full.order->device_ops[1]), "F0 I0 F1 I1 W0 F2 I2 W1 F3 I3 W2 W3 ");
   EXPECT_DOUBLE_EQ(simulate(p, *full.order).makespan_ms, 13.0);
   expect_stops_below(ScheduleKind::Zb1p, p, full, 13.0, {7.5}, 13.25);
+}
+
+// A build gives up as soon as a device's work left shows it cannot end before the cutoff,
+// not only when an op ends past it. The problem above with cutoff 12.5: device 1 has 12
+// of work (4 x F + I + W); its first op F0 runs [1, 2], after which 11 are left, so it
+// cannot end before 13 and the build stops there, with only device 0's F0 and F1 (to 2)
+// timed. Without the bound it would have run to device 1's last op (ending at 13). Each
+// list schedule, and the simulator on 1F1B's order (device 1's work is 4 x (F + B) = 12).
+TEST(EarlyStopTest, BuildsGiveUpOnceADevicesWorkLeftCannotEndInTime) {
+  const PipelineProblem p = testing::uniform_problem(4, 2, 1.0, 2.0);
+  for (ScheduleKind kind : {ScheduleKind::Zb1p, ScheduleKind::CriticalPath}) {
+    SimResult timing;
+    const Built stopped = build(kind, p, 12.5, &timing);
+    EXPECT_TRUE(stopped.stopped) << schedule_kind_name(kind);
+    EXPECT_LE(timing.makespan_ms, 2.0) << schedule_kind_name(kind);
+  }
+  const auto order = make_schedule(ScheduleKind::OneFOneB)->build(p, nullptr);
+  ASSERT_TRUE(order);
+  SimResult run;
+  Simulator().run(p, *order, SimOptions{.record = false, .stop_at_ms = 12.5}, &run);
+  EXPECT_TRUE(run.stopped);
+  // Device 0's F0 and device 1's F0 (whose end, 2, plus its 10 left reach 12.5... and past).
+  EXPECT_LE(run.busy_ms[0] + run.busy_ms[1], 3.0);
 }
 
 // On random problems with memory limits, tight and loose, a list schedule told to give

@@ -87,7 +87,7 @@ class Schedule {
   // What a search's build may skip: where it gives up on an order it cannot use, and the
   // problem's validation (build() below).
   struct BuildOptions {
-    double stop_at_ms = kNoStop;  // once one of its ops ends at or after this
+    double stop_at_ms = kNoStop;  // once the makespan cannot end below this
     // Once a device's memory, as Simulator::memory counts it, passes
     // problem.memory_limit_bytes: the order cannot fit. For a search that no longer needs
     // the peaks of orders that do not fit (something fits already).
@@ -98,8 +98,9 @@ class Schedule {
 
   // build() with a search's early exits: the list schedules (zb1p, critical-path) time
   // their choices exactly as the simulator does, so once one of their ops ends at or
-  // after options.stop_at_ms the order's simulated makespan cannot be below it
-  // (SimOptions::stop_at_ms's rule); they give up there, and with
+  // after options.stop_at_ms, or one's end plus its device's work left does, the order's
+  // simulated makespan cannot be below it (SimOptions::stop_at_ms's rule); they give up
+  // there, and with
   // options.stop_over_memory once a device's memory passes the limit, returning nullopt
   // with *stopped = true (`stopped` must then be non-null). The other schedules build in
   // full. *stopped is false whenever an order or a why_not comes back. With a returned

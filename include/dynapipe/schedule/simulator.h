@@ -45,10 +45,13 @@ struct SimOptions {
   // Fill SimResult::timeline and ::transfers (sorted). Off = makespan, busy and memory
   // only, which is what a search needs for each candidate. Default: on.
   bool record = true;
-  // Stop as soon as an op ends at or after this time (SimResult::stopped): a search whose
-  // best makespan so far is this needs no more of a run that cannot beat it (ties keep
-  // the earlier candidate). Ops are resolved in dependency order, not time order, but any
-  // op's end bounds the makespan from below, so stopping is exact.
+  // Stop as soon as the makespan is known to be at or after this time
+  // (SimResult::stopped): a search whose best makespan so far is this needs no more of a
+  // run that cannot beat it (ties keep the earlier candidate). Ops are resolved in
+  // dependency order, not time order, but any op's end bounds the makespan from below,
+  // and so does an op's end plus the rest of its device's work (its ops run one after
+  // another), which shows it sooner: stopping is exact (a relative 1e-9 of slack keeps
+  // the sums' rounding from stopping a run that ends below the bound).
   double stop_at_ms = std::numeric_limits<double>::infinity();
   // Validate the problem and check the order first (Simulator::check). Off: the caller
   // vouches for both, as search_schedule does for the orders its schedules build of a
@@ -125,6 +128,7 @@ class Simulator {
   std::vector<double> bwd_end_;        // [mb * S + s] end of B or I
   std::vector<double> grad_arrive_;    // [mb * S + s] gradient of B/I(mb,s) at stage s-1
   std::vector<double> device_free_;    // [device]
+  std::vector<double> work_left_;      // [device]: its ops not yet run (a stopping run)
   std::vector<double> link_free_;      // [from * D + to]
   std::vector<std::size_t> next_;      // [device] index of the next op to run
   std::vector<int> worklist_;
