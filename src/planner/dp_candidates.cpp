@@ -121,10 +121,17 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
       // tokens) its 2-row micro-batches under selective recompute planned 2678.2 ms against
       // dynapipe's 2699.1 until dynapipe ranked them (2640.8); +4% instructions for a
       // GPT-6.7B pp 4 65k plan (it was +10% before the full searches stopped at their bars).
+      // Under auto one size past a miss (patience): quick estimates are noisier than
+      // packing-varlen's full searches (GPT-6.7B pp 4, H100 80 GiB, 1024, 262,144 tokens: 9
+      // rows ranked 1.1% behind 8, its own walk went on to 10, 1% ahead of dynapipe until it
+      // ranked 10 too); +4.8% instructions for a GPT-6.7B pp 4 65k plan. Not under a named
+      // schedule: there it found cuts that auto's three full searches pass over (T5-11B pp 4,
+      // H200 profile, 80 GiB, 1024, 262,144 tokens: interleaved 9102.1 ms, auto 9105.0).
+      const int patience = m.schedule == ScheduleKind::Auto ? 1 : 0;
       m.walk_sizes(batch, theirs, cut->size, *ms,
                    [&](const BatchingOptions&, const BatchingResult& sized, double) -> std::optional<double> {
                      return rank_cut(baseline, sized, into);
-                   });
+                   }, patience);
     }
   };
   // The first pass: one DP per plan, the baselines' cuts beside it on several threads.

@@ -246,7 +246,7 @@ struct Planner::Impl {
                                   std::vector<std::vector<std::vector<int>>>* dealt_before) const;
   template <typename Score>
   void walk_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,
-                  double from_ms, Score&& score) const;
+                  double from_ms, Score&& score, int patience = 0) const;
 };
 
 // A baseline's micro-batch sizes next to the objective's `from` (rows, or token-based's
@@ -258,13 +258,16 @@ struct Planner::Impl {
 // fits no recompute mode under the pipelined memory rule ends that direction (the most
 // that fit in the objective's mode can be fewer: heavier recompute fits more). The
 // simulated time has one minimum over the size at every point measured (docs/batching.md,
-// "The baselines' micro-batch size").
+// "The baselines' micro-batch size"). With `patience` > 0 a direction goes on past that
+// many sizes in a row that did not improve on the best before them (each scored against
+// that best), for scores noisier than a full search (quick estimates).
 template <typename Score>
 void Planner::Impl::walk_sizes(const GlobalBatch& batch, const BatchingOptions& options,
-                               std::int64_t from, double from_ms, Score&& score) const {
+                               std::int64_t from, double from_ms, Score&& score, int patience) const {
   for (const int direction : {1, -1}) {
     double previous_ms = from_ms;
     bool improved = false;
+    int misses = 0;
     for (std::optional<std::int64_t> size = planner_detail::next_size(options.strategy, from, direction); size;
          size = planner_detail::next_size(options.strategy, *size, direction)) {
       const BatchingOptions sized = planner_detail::with_size(options, *size);
@@ -272,9 +275,14 @@ void Planner::Impl::walk_sizes(const GlobalBatch& batch, const BatchingOptions& 
           planner_detail::unless_ruled_out([&] { return make_microbatches(batch, *cost, sized); });
       if (!cut || cut->one_in_flight) break;  // past the sizes the pipelined rule fits
       const std::optional<double> ms = score(sized, *cut, previous_ms);
-      if (!ms || !(*ms < previous_ms)) break;
+      if (!ms) break;
+      if (!(*ms < previous_ms)) {
+        if (++misses > patience) break;
+        continue;
+      }
       previous_ms = *ms;
       improved = true;
+      misses = 0;
     }
     if (improved) break;
   }
