@@ -73,12 +73,18 @@ inline void time_op(SimResult* timing, int device, double start_ms, double end_m
   timing->makespan_ms = std::max(timing->makespan_ms, end_ms);
 }
 
-// A list schedule's early stop by the work a device has left: its ops run one after
-// another, so once the op it starts ends at `end`, its last op ends at `end` plus the
-// rest of its work or later, and so does the order's makespan. An order that cannot beat
-// options.stop_at_ms is then given up where that shows (often mid-build) rather than where
-// one of its ops ends past it (near the end). The test keeps a relative slack of 1e-9, far
-// above the rounding of these sums, so it stops no order that would end below stop_at_ms.
+// The stop rule of SimOptions::stop_at_ms and BuildOptions::stop_at_ms, for an op that
+// ends at `end_ms` on a device with `left_ms` of work still to start: the makespan is at
+// or after stop_at_ms if the op ends there, or if the device's later ops, run one after
+// another, do. The second test keeps a relative slack of 1e-9, far above the rounding of
+// these sums, so it stops no order that would end below stop_at_ms.
+inline bool makespan_reaches(double end_ms, double left_ms, double stop_at_ms) {
+  return end_ms >= stop_at_ms || end_ms + left_ms >= stop_at_ms * (1 + 1e-9);
+}
+
+// A list schedule's early stop by the work a device has left (makespan_reaches()): an
+// order that cannot beat options.stop_at_ms is given up where that shows (often
+// mid-build) rather than where one of its ops ends past it (near the end).
 class WorkLeft {
  public:
   // Each device's ops: every micro-batch's forward and backward on its stage (device ==
@@ -93,11 +99,11 @@ class WorkLeft {
     }
   }
   // Takes an op of `op_ms` off device d's work as it starts, to end at `end_ms`: whether
-  // the device cannot finish before `stop_at_ms` now.
+  // the order's makespan cannot end before `stop_at_ms` now.
   bool cannot_finish_before(int d, double op_ms, double end_ms, double stop_at_ms) {
     double& left = left_[static_cast<std::size_t>(d)];
     left -= op_ms;
-    return end_ms + left >= stop_at_ms * (1 + 1e-9);
+    return makespan_reaches(end_ms, left, stop_at_ms);
   }
 
  private:

@@ -182,9 +182,7 @@ std::optional<ScheduleOrder> build_critical_path(const PipelineProblem& problem,
     const double end = now + op_ms;
     // The simulator times this op the same way (start = now, the end of its device's
     // last op or its input's arrival), so the order cannot beat options.stop_at_ms.
-    if (end >= options.stop_at_ms || work_left.cannot_finish_before(d, op_ms, end, options.stop_at_ms)) {
-      return std::nullopt;
-    }
+    if (work_left.cannot_finish_before(d, op_ms, end, options.stop_at_ms)) return std::nullopt;
     const StageCost& cost = problem.costs[op.mb][s];
     if (!tracked.fits(d, op, cost)) return std::nullopt;
     time_op(timing, d, now, end);

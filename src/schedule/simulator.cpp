@@ -6,6 +6,7 @@
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/schedule/weight_versions.h"
+#include "schedule/builders.h"
 
 namespace dynapipe {
 namespace {
@@ -285,8 +286,8 @@ std::size_t Simulator::run_ops(const Run& run) {
   const bool barriers = !run.order.op_cycle.empty();
   std::size_t ops_run = 0;
   double makespan = 0;
-  // A stopping run also stops once a device's work left shows it cannot end before
-  // stop_at_ms (its ops run one after another; the builders' WorkLeft, the same slack).
+  // A stopping run stops by makespan_reaches(): an op's end, or its end plus the work its
+  // device has left (the builders' rule).
   const double stop_at = run.options.stop_at_ms;
   const bool stops = stop_at < std::numeric_limits<double>::infinity();
   if (stops) {
@@ -310,7 +311,7 @@ std::size_t Simulator::run_ops(const Run& run) {
       device_free_[d] = end;
       run.result->busy_ms[d] += end - start;
       makespan = std::max(makespan, end);
-      if (stops && (end >= stop_at || end + (work_left_[d] -= op_ms) >= stop_at * (1 + 1e-9))) {
+      if (stops && detail::makespan_reaches(end, work_left_[d] -= op_ms, stop_at)) {
         run.result->stopped = true;
         return ops_run + 1;
       }

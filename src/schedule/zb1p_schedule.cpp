@@ -18,7 +18,7 @@
 // Invariants: per device, F and I keep 1F1B's order and W's run in micro-batch order
 // after their I; an op is chosen only when its inputs have arrived, so the order
 // replays without deadlock.
-// Complexity: O(ops log devices) with a heap of device wake-up times.
+// Complexity: O(ops log devices) with the devices' wake-up times in a WakeupQueue.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -127,9 +127,7 @@ std::optional<ScheduleOrder> build_zb1p(const PipelineProblem& problem, const Bu
     const double end = now + op_ms;
     // The simulator times this op the same way (start = now, the end of its device's
     // last op or its input's arrival), so the order cannot beat options.stop_at_ms.
-    if (end >= options.stop_at_ms || work_left.cannot_finish_before(d, op_ms, end, options.stop_at_ms)) {
-      return std::nullopt;
-    }
+    if (work_left.cannot_finish_before(d, op_ms, end, options.stop_at_ms)) return std::nullopt;
     const StageCost& cost = problem.costs[op.mb][s];
     if (!memory.fits(d, op, cost)) return std::nullopt;
     time_op(timing, d, now, end);
