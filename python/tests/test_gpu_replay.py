@@ -66,14 +66,14 @@ def test_estimates_replay_to_the_plans_times_and_every_microbatch_is_measured(so
 
 
 def test_every_replica_is_replayed_and_the_allreduce_kept(source_dir, cli, tmp_path):
-    # (its two replicas run interleaved and zb1p: 4 and 2 virtual stages over config.chunks 1)
+    # (its two replicas run zb1p and interleaved: 2 and 4 virtual stages over config.chunks 1)
     plan = make_plan(cli, source_dir, tmp_path / "dp2.json", "gpt-tiny", "dynapipe", "--dp", 2)
     out = tmp_path / "replay.json"
     r = run_script(source_dir, "--device", "cpu", "--samples", DATA, "--out", out, "--warmup", 0, "--repeats", 1, plan)
     assert r.returncode == 0, r.stdout + r.stderr
     (row,) = json.loads(out.read_text())["results"][0]["iterations"]
     iteration = json.loads(plan.read_text())["iterations"][0]
-    assert [x["schedule"] for x in row["replicas"]] == ["interleaved", "zb1p"]
+    assert [x["schedule"] for x in row["replicas"]] == ["zb1p", "interleaved"]
     assert [x["est_ms"] for x in row["replicas"]] == [x["est_iteration_ms"] for x in iteration["replicas"]]
     slowest = max(x["est_iteration_ms"] for x in iteration["replicas"])
     assert row["allreduce_est_ms"] == pytest.approx(iteration["est_iteration_ms"] - slowest) and row["allreduce_est_ms"] > 0

@@ -86,7 +86,8 @@ void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
   const std::vector<Sample>& samples = batch.samples;
   for (std::size_t k = 0; k < samples.size(); ++k) {
     const std::size_t members[1] = {k};
-    const MicroBatch alone = detail::make_microbatch(samples, members, options);
+    const MicroBatch alone =
+        detail::make_microbatch(samples, members, options, detail::lone_sample_form(full.cost_model()));
     const detail::ShapeCost cost = detail::cost_of(full, alone);
     if (!cost.fits_one) {
       throw Error(ErrorKind::Infeasible,
@@ -120,7 +121,8 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
     std::vector<std::size_t> all(samples.size());
     for (std::size_t k = 0; k < all.size(); ++k) all[k] = k;
     const MicroBatch merged =
-        detail::make_varlen_microbatch(samples, all, options.kind, options.seqlen_multiple);
+        detail::make_varlen_microbatch(samples, all, options.kind, options.seqlen_multiple,
+                                       detail::lone_sample_form(costs.cost_model()));
     // Only a subadditive model's merged row bounds Σ t; otherwise no bound (0).
     known.merged_ms = costs.cost_model().subadditive() ? detail::cost_of(costs, merged).time_ms : 0.0;
     known.tokens = {};
@@ -161,6 +163,7 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
     std::sort(lengths.begin(), lengths.end());
     lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
     std::vector<std::int64_t> bytes(2 * static_cast<std::size_t>(options.num_stages));
+    const bool dense = detail::lone_sample_form(costs.cost_model()) == detail::LoneSample::Dense;
     double slowest = 0;
     for (const auto& [enc, dec] : lengths) {
       const MicroBatchShape shape{.batch = 1,
@@ -168,11 +171,10 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
                                   .dec_seqlen = round_up(dec, options.seqlen_multiple)};
       const double squares_enc = static_cast<double>(enc) * static_cast<double>(enc);
       const double squares_dec = static_cast<double>(dec) * static_cast<double>(dec);
-      slowest = std::max(slowest, costs.evaluate_stages(
-                                      shape,
-                                      detail::varlen_density(squares_enc, squares_dec, 1, shape,
-                                                             options.kind),
-                                      bytes));
+      const AttentionDensity density =
+          dense ? AttentionDensity{}
+                : detail::varlen_density(squares_enc, squares_dec, 1, shape, options.kind);
+      slowest = std::max(slowest, costs.evaluate_stages(shape, density, bytes));
     }
     known.slowest_ms = slowest;
     known.has_slowest = true;
@@ -382,7 +384,8 @@ int count_lone_samples(const GlobalBatch& batch, const CostModel& cost_model, co
   int count = 0;
   for (std::size_t k = 0; k < batch.samples.size() && count <= limit; ++k) {
     const std::size_t members[] = {k};
-    const MicroBatch alone = detail::make_microbatch(batch.samples, members, options);
+    const MicroBatch alone =
+        detail::make_microbatch(batch.samples, members, options, detail::lone_sample_form(cost_model));
     const detail::ShapeCost cost = costs.evaluate(alone.shape, alone.density);
     count += !cost.fits_pipelined && cost.fits_one;
   }

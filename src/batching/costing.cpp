@@ -213,9 +213,16 @@ AttentionDensity varlen_density(double enc_squares, double dec_squares, std::int
   return out;
 }
 
+LoneSample lone_sample_form(const CostModel& cost_model) {
+  return cost_model.lone_samples_dense() ? LoneSample::Dense : LoneSample::Varlen;
+}
+
 MicroBatch make_varlen_microbatch(std::span<const Sample> samples,
                                   std::span<const std::size_t> members, ModelKind kind,
-                                  std::int64_t seqlen_multiple) {
+                                  std::int64_t seqlen_multiple, LoneSample lone) {
+  if (members.size() == 1 && lone == LoneSample::Dense) {
+    return make_padded_microbatch(samples, members, kind, seqlen_multiple);
+  }
   MicroBatch microbatch;
   fill_members(samples, members, &microbatch);
   microbatch.rows.push_back(microbatch.sample_ids);
@@ -236,9 +243,9 @@ MicroBatch make_varlen_microbatch(std::span<const Sample> samples,
 }
 
 MicroBatch make_microbatch(std::span<const Sample> samples, std::span<const std::size_t> members,
-                           const BatchingOptions& options) {
+                           const BatchingOptions& options, LoneSample lone) {
   if (options.strategy == Strategy::DynaPipe) {
-    return make_varlen_microbatch(samples, members, options.kind, options.seqlen_multiple);
+    return make_varlen_microbatch(samples, members, options.kind, options.seqlen_multiple, lone);
   }
   return make_padded_microbatch(samples, members, options.kind, options.seqlen_multiple);
 }

@@ -155,17 +155,23 @@ MicroBatch make_padded_microbatch(std::span<const Sample> samples,
 AttentionDensity varlen_density(double enc_squares, double dec_squares, std::int64_t rows,
                                 const MicroBatchShape& shape, ModelKind kind);
 
+// How the varlen form makes a micro-batch of one sample: one varlen row, or one dense row
+// padded to the seqlen multiple, as the cost model prices it (CostModel::lone_samples_dense()).
+enum class LoneSample { Varlen, Dense };
+LoneSample lone_sample_form(const CostModel& cost_model);
+
 // One varlen micro-batch: every sample in one row, attention block-diagonal per sample.
 // Shape {1, round(Σ enc), round(Σ dec)}, density Σ L² / seqlen² (T5: per encoder and
-// decoder), the same representation packing-varlen uses for its rows.
+// decoder), the same representation packing-varlen uses for its rows. One sample with
+// `lone` Dense: make_padded_microbatch()'s dense row.
 MicroBatch make_varlen_microbatch(std::span<const Sample> samples,
                                   std::span<const std::size_t> members, ModelKind kind,
-                                  std::int64_t seqlen_multiple);
+                                  std::int64_t seqlen_multiple, LoneSample lone);
 
-// The micro-batch form of `options.strategy` for the DP strategies: varlen for dynapipe,
-// padded otherwise.
+// The micro-batch form of `options.strategy` for the DP strategies: varlen for dynapipe
+// (a lone sample as `lone` says), padded otherwise.
 MicroBatch make_microbatch(std::span<const Sample> samples, std::span<const std::size_t> members,
-                           const BatchingOptions& options);
+                           const BatchingOptions& options, LoneSample lone);
 
 // Cost of a micro-batch: dense ones through the cache, others evaluated.
 ShapeCost cost_of(ShapeCosts& costs, const MicroBatch& microbatch);

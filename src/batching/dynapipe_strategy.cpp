@@ -468,8 +468,11 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     const MicroBatchShape shape{.batch = 1,
                                 .seqlen = round_up(row->enc, multiple_),
                                 .dec_seqlen = round_up(row->dec, multiple_)};
+    // A lone sample in the form its micro-batch takes (make_varlen_microbatch()).
     const AttentionDensity density =
-        varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_);
+        c == 0 && lone_ == LoneSample::Dense
+            ? AttentionDensity{}
+            : varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_);
     VarlenRows::Row* partner =
         partner_ != nullptr ? &partner_->rows[static_cast<std::size_t>(i)] : nullptr;
     if (partner != nullptr && partner->time_ms.size() == c && !partner_->sample_too_large) {
@@ -505,6 +508,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   std::int64_t enc_cap_ = 0, dec_cap_ = 0;
   std::vector<int> cap_count_;         // per row, with capacities: samples that fit them
   bool monotone_ = costs_.cost_model().monotone();  // scan_row()'s early stop by time
+  LoneSample lone_ = lone_sample_form(costs_.cost_model());  // one-sample segments' form
 };
 
 // Varlen segments in mixed recompute (BatchingOptions::mixed_recompute): each segment
@@ -581,13 +585,14 @@ Scanner make_scanner(const StrategyInput& input, std::span<const std::size_t> se
 }
 
 std::vector<MicroBatch> cut(std::span<const Sample> samples, std::span<const std::size_t> seq,
-                            const std::vector<int>& starts, const BatchingOptions& options) {
+                            const std::vector<int>& starts, const BatchingOptions& options,
+                            LoneSample lone) {
   std::vector<MicroBatch> microbatches;
   for (std::size_t k = 0; k < starts.size(); ++k) {
     const std::size_t begin = static_cast<std::size_t>(starts[k]);
     const std::size_t end = k + 1 < starts.size() ? static_cast<std::size_t>(starts[k + 1])
                                                   : seq.size();
-    microbatches.push_back(make_microbatch(samples, seq.subspan(begin, end - begin), options));
+    microbatches.push_back(make_microbatch(samples, seq.subspan(begin, end - begin), options, lone));
   }
   return microbatches;
 }
@@ -742,7 +747,8 @@ std::optional<Candidate> split_microbatches(const StrategyInput& input, ShapeCos
   const Partition partition = solve(input, input.order, costs, rule, weight,
                                              options.dp == 1 ? incumbent_ms : kInf);
   if (!partition.found) return std::nullopt;
-  std::vector<MicroBatch> microbatches = cut(input.samples, input.order, partition.starts, options);
+  std::vector<MicroBatch> microbatches = cut(input.samples, input.order, partition.starts, options,
+                                                 lone_sample_form(costs.cost_model()));
   // Fewer micro-batches than replicas: leave it to the split by samples.
   if (microbatches.size() < static_cast<std::size_t>(options.dp)) return std::nullopt;
 
@@ -784,7 +790,8 @@ std::optional<Candidate> split_samples(const StrategyInput& input, ShapeCosts& c
     // Each replica's objective is a lower bound of the maximum: the incumbent prunes.
     const Partition partition = solve(input, shards[r], costs, rule, 1.0, incumbent_ms);
     if (!partition.found) return std::nullopt;
-    candidate.replicas[r] = cut(input.samples, shards[r], partition.starts, options);
+    candidate.replicas[r] =
+        cut(input.samples, shards[r], partition.starts, options, lone_sample_form(costs.cost_model()));
   }
   const std::optional<double> objective =
       replicas_objective(candidate.replicas, costs, rule, options);

@@ -38,10 +38,11 @@ std::vector<MicroBatch> split_head_and_tail(const GlobalBatch& batch,
     }
     const std::size_t half = members.size() / 2;
     const std::span<const std::size_t> all(members);
+    const detail::LoneSample lone = detail::lone_sample_form(cost_model);
     MicroBatch head = detail::make_varlen_microbatch(batch.samples, all.first(half), options.kind,
-                                                     options.seqlen_multiple);
+                                                     options.seqlen_multiple, lone);
     MicroBatch tail = detail::make_varlen_microbatch(batch.samples, all.subspan(half),
-                                                     options.kind, options.seqlen_multiple);
+                                                     options.kind, options.seqlen_multiple, lone);
     sorted.erase(std::next(split).base());
     sorted.insert(sorted.begin(), std::move(head));
     sorted.push_back(std::move(tail));

@@ -5,12 +5,15 @@
 #include "costing.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
+#include "dynapipe/cost/cost_model.h"
 
 namespace dynapipe {
 
 std::vector<MicroBatch> as_varlen_microbatches(const GlobalBatch& batch,
                                                const std::vector<MicroBatch>& microbatches,
-                                               const BatchingOptions& options) {
+                                               const BatchingOptions& options,
+                                               const CostModel& cost_model) {
+  const detail::LoneSample lone = detail::lone_sample_form(cost_model);
   std::unordered_map<SampleId, std::size_t> index;
   for (std::size_t k = 0; k < batch.samples.size(); ++k) index.emplace(batch.samples[k].id, k);
   std::vector<MicroBatch> varlen;
@@ -25,10 +28,21 @@ std::vector<MicroBatch> as_varlen_microbatches(const GlobalBatch& batch,
       members.push_back(it->second);
     }
     varlen.push_back(detail::make_varlen_microbatch(batch.samples, members, options.kind,
-                                                    options.seqlen_multiple));
+                                                    options.seqlen_multiple, lone));
     varlen.back().id = static_cast<int>(varlen.size() - 1);
   }
   return varlen;
+}
+
+std::vector<MicroBatch> with_lone_samples_dense(std::vector<MicroBatch> microbatches,
+                                                const CostModel& cost_model) {
+  if (detail::lone_sample_form(cost_model) != detail::LoneSample::Dense) return microbatches;
+  for (MicroBatch& mb : microbatches) {
+    if (mb.sample_ids.size() != 1 || mb.shape.batch != 1) continue;
+    mb.rows.clear();
+    mb.density = AttentionDensity{};
+  }
+  return microbatches;
 }
 
 }  // namespace dynapipe

@@ -45,6 +45,7 @@ class CalibratedCostModel final : public CostModel {
   bool subadditive() const override { return base_->subadditive(); }
   bool monotone() const override { return base_->monotone(); }
   bool varlen_costs_extra() const override { return base_->varlen_costs_extra(); }
+  bool lone_samples_dense() const override { return base_->lone_samples_dense(); }
   std::int64_t static_bytes(int stage) const override { return base_->static_bytes(stage); }
   std::int64_t weight_bytes(int stage) const override { return base_->weight_bytes(stage); }
   double p2p_ms(std::int64_t bytes) const override { return base_->p2p_ms(bytes); }

@@ -284,6 +284,8 @@ class ProfiledCostModel final : public CostModel {
     return std::ranges::any_of(varlen_fixed_, [](const auto& fixed) { return fixed.first > 0 || fixed.second > 0; });
   }
 
+  bool lone_samples_dense() const override { return true; }
+
   std::string extrapolation_warning(std::int64_t max_seqlen, std::int64_t max_dec_seqlen) const override {
     const bool t5 = profile_.model.kind == ModelKind::T5;
     const auto stack = static_cast<ProfileLayerKind>(stack_kind_);

@@ -133,10 +133,11 @@ BatchingOptions as_baseline(BatchingOptions ours, Strategy baseline) {
 }
 
 std::vector<std::vector<MicroBatch>> varlen_replicas(const GlobalBatch& batch, const BatchingResult& cut,
-                                                     const BatchingOptions& options) {
+                                                     const BatchingOptions& options,
+                                                     const CostModel& cost_model) {
   std::vector<std::vector<MicroBatch>> replicas;
   for (const std::vector<MicroBatch>& replica : cut.replicas) {
-    replicas.push_back(as_varlen_microbatches(batch, replica, options));
+    replicas.push_back(as_varlen_microbatches(batch, replica, options, cost_model));
   }
   return replicas;
 }

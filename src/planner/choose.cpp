@@ -39,7 +39,7 @@ void Planner::Impl::walk_token_budget(const GlobalBatch& batch, Choice* choice,
   // The cut's simulated time where it beats the plan so far, else to_beat_ms (the walk
   // stops there).
   auto beats = [&](const BatchingResult& sized, double to_beat_ms) -> std::optional<double> {
-    const std::vector<std::vector<MicroBatch>> replicas = varlen_replicas(batch, sized, batching);
+    const std::vector<std::vector<MicroBatch>> replicas = varlen_replicas(batch, sized, batching, *cost);
     return unless_ruled_out([&]() -> double {
       Choice c = search_replicas(batch, replicas, schedule, {.beat_ms = std::min(to_beat_ms, choice->est_ms)});
       if (c.replicas.empty()) return to_beat_ms;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "dynapipe/batching/head_tail.h"
+#include "dynapipe/batching/varlen_regroup.h"
 
 namespace dynapipe {
 
@@ -75,8 +76,14 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
     if (baseline == Strategy::DynaPipePadded) {
       forms.push_back(cut.replicas);  // its padded rows, dense
     } else {
-      forms.push_back(varlen_replicas(batch, cut, m.batching));
-      if (baseline == Strategy::PackingVarlen && cut.replicas != forms.front()) forms.push_back(cut.replicas);
+      forms.push_back(varlen_replicas(batch, cut, m.batching, *m.cost));
+      if (baseline == Strategy::PackingVarlen) {
+        std::vector<std::vector<MicroBatch>> own;  // its rows, a lone sample as dynapipe runs it
+        for (const std::vector<MicroBatch>& replica : cut.replicas) {
+          own.push_back(with_lone_samples_dense(replica, *m.cost));
+        }
+        if (own != forms.front()) forms.push_back(std::move(own));
+      }
     }
     std::optional<double> best_ms;
     auto keep = [&](std::optional<double> ms) {

@@ -172,7 +172,8 @@ bool sizes_rows(Strategy strategy);
 BatchingOptions as_baseline(BatchingOptions ours, Strategy baseline);
 // A baseline's cut with each micro-batch as one varlen row (as_varlen_microbatches()).
 std::vector<std::vector<MicroBatch>> varlen_replicas(const GlobalBatch& batch, const BatchingResult& cut,
-                                                     const BatchingOptions& options);
+                                                     const BatchingOptions& options,
+                                                     const CostModel& cost_model);
 // The size next to `size` of a baseline's micro-batches, up (direction 1) or down (−1);
 // nullopt past the range.
 std::optional<std::int64_t> next_size(Strategy strategy, std::int64_t size, int direction);

@@ -371,7 +371,7 @@ TEST(VarlenRegroupTest, TokenBasedCutRunsAsOneUnpaddedRowPerMicroBatch) {
   const BatchingOptions options{.strategy = Strategy::TokenBased, .max_seqlen = 128,
                                 .token_budget = 200};
   const BatchingResult theirs = make_microbatches(batch, model, options);
-  const std::vector<MicroBatch> ours = as_varlen_microbatches(batch, theirs.replicas[0], options);
+  const std::vector<MicroBatch> ours = as_varlen_microbatches(batch, theirs.replicas[0], options, model);
   // Same samples in the same micro-batches, one row of their tokens rounded up to 8:
   // 100 → 104 | 90 + 50 → 144 | 40 + 30 → 72 (token-based computes 104 | 192 | 80).
   EXPECT_EQ(ids_of(ours), ids_of(theirs.replicas[0]));
@@ -384,6 +384,54 @@ TEST(VarlenRegroupTest, TokenBasedCutRunsAsOneUnpaddedRowPerMicroBatch) {
   }
   // Block-diagonal attention: 90² + 50² of the row's 144², not dense.
   EXPECT_NEAR(ours[1].density.enc, (90.0 * 90 + 50.0 * 50) / (144.0 * 144), 1e-12);
+}
+
+// Where the cost model makes lone samples dense (CostModel::lone_samples_dense()), the
+// regrouped form keeps a one-sample micro-batch as one dense row: no rows, density 1.
+TEST(VarlenRegroupTest, LoneSampleStaysDenseWhereTheModelSaysSo) {
+  const FakeCostModel model({.num_stages = 1, .varlen_fixed_ms = 0.2, .lone_samples_dense = true});
+  const GlobalBatch batch = gpt_batch({40, 100, 30, 90, 50});
+  const BatchingOptions options{.strategy = Strategy::TokenBased, .max_seqlen = 128,
+                                .token_budget = 200};
+  const BatchingResult theirs = make_microbatches(batch, model, options);
+  const std::vector<MicroBatch> ours = as_varlen_microbatches(batch, theirs.replicas[0], options, model);
+  ASSERT_EQ(ids_of(ours), (std::vector<std::vector<SampleId>>{{1}, {3, 4}, {0, 2}}));
+  EXPECT_TRUE(ours[0].rows.empty());
+  EXPECT_EQ(ours[0].density, AttentionDensity{});
+  EXPECT_EQ(ours[0].shape, (MicroBatchShape{1, 104, 0}));
+  EXPECT_EQ(ours[1].rows, (std::vector<std::vector<SampleId>>{{3, 4}}));
+  EXPECT_LT(ours[1].density.enc, 1.0);
+}
+
+// The DP prices a lone sample in the form its micro-batch takes. One stage, 1 byte per
+// token against 1,050 bytes: 1001 (1008 rounded) fits only alone. fwd + bwd = 3·(0.5 +
+// 0.001·tokens, +1 for a varlen row): 1001 alone 4.524 ms dense, 7.524 as a varlen row
+// (density 1001²/1008²); 97 + 97 in one varlen row (200 tokens) 5.1, each alone 1.812
+// dense, 4.812 varlen. Priced dense, the 97s stand alone too: 4.524 + 2·1.812; priced
+// varlen they would share a row.
+TEST(DynaPipeVarlenTest, LoneSamplesAreCostedAndMadeDenseWhereTheModelSaysSo) {
+  FakeCostParams params{.num_stages = 1, .bytes_per_token = 1, .varlen_fixed_ms = 1.0,
+                        .lone_samples_dense = true};
+  const GlobalBatch batch = gpt_batch({97, 1001, 97});
+  const BatchingOptions options{.strategy = Strategy::DynaPipe, .memory_limit_bytes = 1050,
+                                .max_seqlen = 1024, .recompute = Recompute::None,
+                                .varlen_order = VarlenOrder::Sorted};
+  const BatchingResult dense = make_microbatches(batch, FakeCostModel(params), options);
+  ASSERT_EQ(dense.replicas.size(), 1u);
+  const std::vector<MicroBatch>& cut = dense.replicas[0];
+  ASSERT_EQ(cut.size(), 3u);
+  for (const MicroBatch& mb : cut) {
+    ASSERT_EQ(mb.sample_ids.size(), 1u);
+    EXPECT_TRUE(mb.rows.empty());
+    EXPECT_EQ(mb.density, AttentionDensity{});
+    EXPECT_EQ(mb.shape, (MicroBatchShape{1, mb.sample_ids[0] == 1 ? 1008 : 104, 0}));
+  }
+  EXPECT_NEAR(dense.objective_ms, 4.524 + 2 * 1.812, 1e-9);
+  // Lone samples varlen: the 97s share one row, 7.524 + 5.1.
+  params.lone_samples_dense = false;
+  const BatchingResult varlen = make_microbatches(batch, FakeCostModel(params), options);
+  ASSERT_EQ(varlen.replicas[0].size(), 2u);
+  EXPECT_NEAR(varlen.objective_ms, 7.524 + 5.1, 1e-9);
 }
 
 TEST(BatchingTest, InfeasibleSampleIsNamed) {
@@ -644,8 +692,10 @@ TEST(BatchingPropertyTest, EveryStrategyCoversFitsAndIsDeterministic) {
 }
 
 // A micro-batch of `members` as the DP strategies form it, built here independently:
-// padded rows (dynapipe-padded) or one block-diagonal row (dynapipe).
+// padded rows (dynapipe-padded) or one block-diagonal row (dynapipe; a lone sample one
+// dense row where the model says so).
 MicroBatch brute_force_microbatch(const RandomCase& c, const std::vector<std::size_t>& members) {
+  const bool dense_alone = members.size() == 1 && c.params.lone_samples_dense;
   const bool gpt = c.options.kind == ModelKind::Gpt;
   std::int64_t enc = 0, dec = 0, enc_sum = 0, dec_sum = 0;
   double enc_sq = 0, dec_sq = 0;
@@ -661,7 +711,7 @@ MicroBatch brute_force_microbatch(const RandomCase& c, const std::vector<std::si
     dec_sq += static_cast<double>(d * d);
   }
   MicroBatch mb;
-  if (c.options.strategy == Strategy::DynaPipePadded) {
+  if (c.options.strategy == Strategy::DynaPipePadded || dense_alone) {
     mb.shape = {static_cast<std::int64_t>(members.size()), round_up(enc, 8), round_up(dec, 8)};
     return mb;
   }
@@ -678,7 +728,8 @@ MicroBatch brute_force_microbatch(const RandomCase& c, const std::vector<std::si
 // A third of the cases cost micro-batches past 1,024 tokens superlinearly: a model that
 // is not subadditive, whose merged rows must not prune (CostModel::subadditive()). A
 // fifth make a micro-batch faster at token counts divisible by 64: not monotone, so no
-// scan may stop at the first segment over a cap (CostModel::monotone()).
+// scan may stop at the first segment over a cap (CostModel::monotone()). A seventh give
+// varlen rows a fixed time and make lone samples dense (CostModel::lone_samples_dense()).
 // padding and the packings (packing-megatron too) with no size given: no fixed size beats
 // their choice under the same memory rule (they try every size up to the most that fit).
 TEST(BatchingPropertyTest, FixedSizeStrategiesChooseTheBestSize) {
@@ -788,6 +839,10 @@ TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
       c.params.superlinear_from = 1024;
     }
     if (seed % 5 == 0) c.params.dip_ms = c.params.fixed_ms * 0.9;  // and not monotone
+    if (seed % 7 == 3) {  // varlen rows pay a fixed time; lone samples run dense
+      c.params.varlen_fixed_ms = c.params.fixed_ms * 0.5;
+      c.params.lone_samples_dense = true;
+    }
     c.options.dp = 1;
     c.options.strategy = seed % 2 == 0 ? Strategy::DynaPipe : Strategy::DynaPipePadded;
     c.options.mixed_recompute = seed % 6 == 2 || seed % 6 == 4;  // dynapipe only

@@ -98,6 +98,14 @@ void expect_auto_no_slower_than(const PlanConfig& config, ScheduleKind named, st
                    batches_of(config, count));
 }
 
+// dynapipe plans the first `count` batches no slower than dynapipe-padded.
+void expect_no_slower_than_padded(const PlanConfig& config, std::int64_t count) {
+  PlanConfig padded = config;
+  padded.strategy = Strategy::DynaPipePadded;
+  expect_no_slower(Planner(config, options_with(false, {})), Planner(padded, options_with(false, {})),
+                   batches_of(config, count));
+}
+
 TEST(PlannerTest, EveryStrategyCoversTheBatchWithinMemoryDeterministically) {
   for (const char* strategy :
        {"dynapipe", "padding", "packing", "packing-varlen", "token-based", "dynapipe-padded"}) {
@@ -436,10 +444,7 @@ TEST(PlannerTest, DynapipeRanksThePaddedCutDenseWhereVarlenRowsCostExtra) {
   PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h200.measured.json", 4, 8192, 8192, 80);
   config.dp = 4;
   config.global_batch_tokens = 32768;
-  PlanConfig padded = config;
-  padded.strategy = Strategy::DynaPipePadded;
-  expect_no_slower(Planner(config, options_with(false, {})), Planner(padded, options_with(false, {})),
-                   batches_of(config, 1));
+  expect_no_slower_than_padded(config, 1);
 }
 
 // And that cut with its bubble weight walked, as dynapipe-padded's own plan walks it: T5-11B
@@ -450,10 +455,21 @@ TEST(PlannerTest, DynapipeWalksThePaddedCutsBubbleWeightWhereVarlenRowsCostExtra
   PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h200.measured.json", 8, 1024, 512, 80);
   config.global_batch_tokens = 16384;
   config.stage_layers = assign_layers(config.model, {4, 4, 5, 5, 5, 8, 8, 9});  // balanced's split
-  PlanConfig padded = config;
-  padded.strategy = Strategy::DynaPipePadded;
-  expect_no_slower(Planner(config, options_with(false, {})), Planner(padded, options_with(false, {})),
-                   batches_of(config, 2));
+  expect_no_slower_than_padded(config, 2);
+}
+
+// On a measured profile a lone sample runs as one dense row (CostModel::lone_samples_dense()):
+// T5-11B pp 8 dp 4 on the H100 profile, 80 GiB, 8192, 65,536 tokens (random_points.py
+// strategies seed 33), where each of iteration 1's two 8192-token samples, with 4- and
+// 5-token targets, stood alone on a replica as a varlen row, which the profile prices at
+// the same tokens in rows of the mean-square length, dearer than its dense row (last
+// stage's forward 40.7 ms against 30.2): dynapipe planned 1424.0 ms against
+// dynapipe-padded's 1412.7.
+TEST(PlannerTest, DynapipeRunsLoneSamplesDenseOnMeasuredProfiles) {
+  PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h100.measured.json", 8, 8192, 512, 80);
+  config.dp = 4;
+  config.stage_layers = assign_layers(config.model, {2, 3, 3, 4, 4, 5, 11, 16});  // balanced's split
+  expect_no_slower_than_padded(config, 2);
 }
 
 // packing-varlen's cuts ranked past a size whose quick estimate missed: GPT-6.7B pp 4 on the

@@ -226,6 +226,28 @@ void check_mixed_recompute(ModelKind kind) {
   }
 }
 
+// A varlen plan's dense micro-batches run padded attention: dynapipe on a measured profile
+// makes a lone sample one dense row (CostModel::lone_samples_dense()), the same losses.
+void check_dense_lone_samples(ModelKind kind) {
+  auto options = train_options(plan_config(kind, "dynapipe", 2, 1));
+  options.plan.cost_model = cat(DYNAPIPE_SOURCE_DIR "/assets/profiles/",
+                                kind == ModelKind::Gpt ? "gpt-tiny" : "t5-tiny", ".cpu.json");
+  std::atomic<int> dense = 0, varlen = 0;  // planning workers run concurrently
+  auto losses = pipelined_run(options, [&](IterationPlan& plan) {
+    for (const ReplicaPlan& replica : plan.replicas) {
+      for (const MicroBatch& mb : replica.microbatches) {
+        if (mb.sample_ids.size() == 1) ++(mb.rows.empty() && mb.density == AttentionDensity{} ? dense : varlen);
+      }
+    }
+  }).losses;
+  EXPECT_GE(dense, 1) << "the plans should hold lone samples";
+  EXPECT_EQ(varlen, 0) << "lone samples should be dense rows";
+  expect_same_losses(single_process_losses(options), losses, cat(model_kind_name(kind), " dense lone samples"));
+}
+
+TEST(EquivalenceTest, GptDenseLoneSamplesMatchSingleProcess) { check_dense_lone_samples(ModelKind::Gpt); }
+TEST(EquivalenceTest, T5DenseLoneSamplesMatchSingleProcess) { check_dense_lone_samples(ModelKind::T5); }
+
 TEST(EquivalenceTest, GptMixedRecomputeModesMatchSingleProcess) { check_mixed_recompute(ModelKind::Gpt); }
 TEST(EquivalenceTest, T5MixedRecomputeModesMatchSingleProcess) { check_mixed_recompute(ModelKind::T5); }
 

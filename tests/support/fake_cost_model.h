@@ -5,7 +5,8 @@
 //   base_ms   = stage_scale[s] · (fixed_ms + ms_per_token·b·(L + D)
 //                                 + ms_per_attention·b·(de·L² + dd·D²)
 //                                 + superlinear_ms·max(0, b·(L + D) − superlinear_from)²
-//                                 − dip_ms where b·(L + D) is a multiple of dip_period)
+//                                 − dip_ms where b·(L + D) is a multiple of dip_period
+//                                 + varlen_fixed_ms where the density is not dense)
 //   fwd_ms    = base_ms,  bwd_ms = 2·base_ms        (so fwd + bwd = 3·base_ms)
 //   recompute: selective adds selective_extra·base_ms to bwd, full adds base_ms.
 //   stored    = bytes_per_token·b·(L+D)  (+ bytes_per_attention·b·(de·L² + dd·D²) unless
@@ -56,6 +57,10 @@ struct FakeCostParams {
   // monotone(), as a noisy measured table).
   double dip_ms = 0;
   std::int64_t dip_period = 64;
+  // A fixed time of varlen rows (varlen_costs_extra() where > 0), and whether a micro-batch
+  // of one sample is made dense (lone_samples_dense()).
+  double varlen_fixed_ms = 0;
+  bool lone_samples_dense = false;
 };
 
 class FakeCostModel final : public CostModel {
@@ -85,7 +90,8 @@ class FakeCostModel final : public CostModel {
     const double past = std::max(0.0, tokens - params_.superlinear_from);
     const bool dips = params_.dip_ms > 0 &&
                       static_cast<std::int64_t>(tokens) % params_.dip_period == 0;
-    const double base = scale * (params_.fixed_ms - (dips ? params_.dip_ms : 0.0) +
+    const double varlen = density == AttentionDensity{} ? 0.0 : params_.varlen_fixed_ms;
+    const double base = scale * (params_.fixed_ms - (dips ? params_.dip_ms : 0.0) + varlen +
                                  params_.ms_per_token * tokens +
                                  params_.ms_per_attention * attention +
                                  params_.superlinear_ms * past * past);
@@ -120,6 +126,8 @@ class FakeCostModel final : public CostModel {
 
   bool subadditive() const override { return params_.superlinear_ms == 0; }
   bool monotone() const override { return params_.dip_ms == 0; }
+  bool varlen_costs_extra() const override { return params_.varlen_fixed_ms > 0; }
+  bool lone_samples_dense() const override { return params_.lone_samples_dense; }
   std::int64_t static_bytes(int) const override { return params_.static_bytes; }
   std::int64_t weight_bytes(int) const override { return params_.weight_bytes; }
   double p2p_ms(std::int64_t) const override { return 0; }

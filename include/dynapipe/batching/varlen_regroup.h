@@ -6,7 +6,7 @@
 // no more attention than the baseline's own, so it is no slower and no heavier.
 //
 //   BatchingResult theirs = make_microbatches(batch, model, token_based_options);
-//   std::vector<MicroBatch> ours = as_varlen_microbatches(batch, theirs.replicas[0], options);
+//   std::vector<MicroBatch> ours = as_varlen_microbatches(batch, theirs.replicas[0], options, model);
 #pragma once
 
 #include <vector>
@@ -19,9 +19,18 @@ namespace dynapipe {
 
 // REQUIRES: every sample id of `microbatches` is in `batch`. Returns one varlen
 // micro-batch per input micro-batch, same samples in the same order, ids 0..m−1;
-// options.kind and options.seqlen_multiple shape them.
+// options.kind and options.seqlen_multiple shape them. A micro-batch of one sample is one
+// dense row where `cost_model` says so (CostModel::lone_samples_dense()).
 std::vector<MicroBatch> as_varlen_microbatches(const GlobalBatch& batch,
                                                const std::vector<MicroBatch>& microbatches,
-                                               const BatchingOptions& options);
+                                               const BatchingOptions& options,
+                                               const CostModel& cost_model);
+
+// `microbatches` with each varlen micro-batch of one sample as one dense row (rows and
+// density dropped, the shape kept) where `cost_model` says so
+// (CostModel::lone_samples_dense()); as given otherwise. For a baseline's cut run in its
+// own rows by dynapipe, which runs lone samples as its own micro-batches.
+std::vector<MicroBatch> with_lone_samples_dense(std::vector<MicroBatch> microbatches,
+                                                const CostModel& cost_model);
 
 }  // namespace dynapipe

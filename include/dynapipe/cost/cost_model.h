@@ -143,6 +143,16 @@ class CostModel {
   // varlen form. False (the default) where the density rule alone prices varlen rows, which
   // then never cost more than dense ones.
   virtual bool varlen_costs_extra() const { return false; }
+  // Whether a micro-batch of one sample is made as one dense row rather than one varlen
+  // row (the same computation: a lone sample attends only to itself; the dense row pads
+  // it to the seqlen multiple). True for measured profiles: their varlen price reads the
+  // table at the same tokens in dense rows of the mean-square length (b/ρ rows of ρ·s),
+  // for one sample padded by a few tokens a shape far from the one it is (T5-11B on the
+  // H100 profile: an 8192-token sample with a 5-token target, its decoder read at 1.33
+  // rows of 6144 tokens, 40.7 ms last-stage forward against its dense row's 30.2), and
+  // they may add a fixed varlen cost. False (the default) where a lone varlen row costs
+  // its dense row less the padding's attention (the analytic model).
+  virtual bool lone_samples_dense() const { return false; }
   // Parameters + gradients + optimizer states held by `stage` for the whole run.
   virtual std::int64_t static_bytes(int stage) const = 0;
   // One copy of the stage's parameters at the device's element size: what a gradient

@@ -225,7 +225,11 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
   const AttentionMode mode = attention_mode(config.strategy);
   const ModelKind kind = config.model.kind;
   hooks.collate = [source, mode, kind](const MicroBatch& mb) {
-    return collate(mb, *source, kind, mode, /*loss_scale: set by the executor*/ 1.0);
+    // A dense micro-batch of a varlen plan (no density: a lone sample as one dense row, or
+    // dynapipe-padded's cut ranked as it runs) runs padded attention, as it was priced.
+    const AttentionMode runs =
+        mode == AttentionMode::Varlen && mb.density == AttentionDensity{} ? AttentionMode::Padded : mode;
+    return collate(mb, *source, kind, runs, /*loss_scale: set by the executor*/ 1.0);
   };
   return hooks;
 }
