@@ -163,7 +163,7 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
     std::sort(lengths.begin(), lengths.end());
     lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
     std::vector<std::int64_t> bytes(2 * static_cast<std::size_t>(options.num_stages));
-    const bool dense = detail::lone_sample_form(costs.cost_model()) == detail::LoneSample::Dense;
+    const detail::LoneSample lone = detail::lone_sample_form(costs.cost_model());
     double slowest = 0;
     for (const auto& [enc, dec] : lengths) {
       const MicroBatchShape shape{.batch = 1,
@@ -172,8 +172,7 @@ bool cannot_beat(double incumbent_ms, const GlobalBatch& batch, const BatchingOp
       const double squares_enc = static_cast<double>(enc) * static_cast<double>(enc);
       const double squares_dec = static_cast<double>(dec) * static_cast<double>(dec);
       const AttentionDensity density =
-          dense ? AttentionDensity{}
-                : detail::varlen_density(squares_enc, squares_dec, 1, shape, options.kind);
+          detail::varlen_row_density(1, lone, squares_enc, squares_dec, shape, options.kind);
       slowest = std::max(slowest, costs.evaluate_stages(shape, density, bytes));
     }
     known.slowest_ms = slowest;

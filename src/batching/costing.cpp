@@ -217,6 +217,12 @@ LoneSample lone_sample_form(const CostModel& cost_model) {
   return cost_model.lone_samples_dense() ? LoneSample::Dense : LoneSample::Varlen;
 }
 
+AttentionDensity varlen_row_density(std::size_t count, LoneSample lone, double enc_squares,
+                                    double dec_squares, const MicroBatchShape& shape, ModelKind kind) {
+  if (count == 1 && lone == LoneSample::Dense) return AttentionDensity{};
+  return varlen_density(enc_squares, dec_squares, 1, shape, kind);
+}
+
 MicroBatch make_varlen_microbatch(std::span<const Sample> samples,
                                   std::span<const std::size_t> members, ModelKind kind,
                                   std::int64_t seqlen_multiple, LoneSample lone) {

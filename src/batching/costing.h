@@ -160,6 +160,11 @@ AttentionDensity varlen_density(double enc_squares, double dec_squares, std::int
 enum class LoneSample { Varlen, Dense };
 LoneSample lone_sample_form(const CostModel& cost_model);
 
+// The density of `count` samples in one varlen row, in the form make_varlen_microbatch()
+// gives them: dense for one sample where `lone` is Dense, else varlen_density() of one row.
+AttentionDensity varlen_row_density(std::size_t count, LoneSample lone, double enc_squares,
+                                    double dec_squares, const MicroBatchShape& shape, ModelKind kind);
+
 // One varlen micro-batch: every sample in one row, attention block-diagonal per sample.
 // Shape {1, round(Σ enc), round(Σ dec)}, density Σ L² / seqlen² (T5: per encoder and
 // decoder), the same representation packing-varlen uses for its rows. One sample with

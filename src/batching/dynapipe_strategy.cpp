@@ -468,11 +468,9 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     const MicroBatchShape shape{.batch = 1,
                                 .seqlen = round_up(row->enc, multiple_),
                                 .dec_seqlen = round_up(row->dec, multiple_)};
-    // A lone sample in the form its micro-batch takes (make_varlen_microbatch()).
+    // In the form its micro-batch takes (a lone sample dense where the model says so).
     const AttentionDensity density =
-        c == 0 && lone_ == LoneSample::Dense
-            ? AttentionDensity{}
-            : varlen_density(row->enc_squares, row->dec_squares, 1, shape, kind_);
+        varlen_row_density(c + 1, lone_, row->enc_squares, row->dec_squares, shape, kind_);
     VarlenRows::Row* partner =
         partner_ != nullptr ? &partner_->rows[static_cast<std::size_t>(i)] : nullptr;
     if (partner != nullptr && partner->time_ms.size() == c && !partner_->sample_too_large) {
