@@ -196,12 +196,15 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   // when they rank among the three best (the baselines' cuts not counted), so adding them
   // never pushes a plan out of the full search (the lone-sample cut did, before: T5-11B pp 8
   // on the H100 preset, 40 GiB, 4096, 16,384 tokens, 670.2 → 680.6 ms).
-  auto on_top = [](const Choice& c) { return c.batching.varlen_padded_cut || c.batching.lone_samples_alone; };
+  // (A cut in a mode the DP did not pick, other_mode_cut, is searched last, below.)
+  auto on_top = [](const Choice& c) {
+    return c.batching.varlen_padded_cut || c.batching.lone_samples_alone || c.other_mode_cut;
+  };
   std::size_t others_searched = 0, rank = 0;
   std::set<const Choice*> merged;  // copies whose search an earlier copy ran with auto
   double others_best_ms = std::numeric_limits<double>::infinity();
   for (const Choice& ranked_choice : ranked) {
-    if (ranked_choice.baseline_cut) continue;
+    if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut) continue;
     // Each full search needs only to beat what its result is compared with: the padded
     // cut the choice so far, the others the best of the others (it sets the baseline
     // cuts' window below), so builds stop there.
@@ -242,7 +245,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   // 4096, 16,384 tokens: it ranked first at 893.8 ms, which left the 1F1B row's 1022.9,
   // 827.4 in full, outside the 5% window of the per-row searches).
   const auto front = std::ranges::find_if(
-      ranked, [](const Choice& c) { return !c.batching.lone_samples_alone; });
+      ranked, [](const Choice& c) { return !c.batching.lone_samples_alone && !c.other_mode_cut; });
   const Choice& best_ranked = front != ranked.end() ? *front : ranked.front();
   const bool rows_gated = !(choice && idle_share(*choice) > kRuleStartsIdleShare &&
                             bottleneck_overhead(best_ranked) > kRuleStartsOverhead);
@@ -262,7 +265,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     const double best_quick_ms = best_ranked.est_ms;
     std::map<std::pair<ScheduleKind, bool>, bool> row_seen;  // (schedule, padded cut)
     for (const Choice& ranked_choice : ranked) {
-      if (ranked_choice.baseline_cut) continue;
+      if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut) continue;
       const bool padded = ranked_choice.batching.varlen_padded_cut;
       if (std::exchange(row_seen[{ranked_choice.schedule, padded}], true)) continue;
       if (!(ranked_choice.est_ms <= best_quick_ms * kOtherRuleWindow)) continue;
@@ -298,7 +301,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     // Per row (schedule, padded cut): its cuts taken so far; kFullSearches closes it.
     std::map<std::pair<ScheduleKind, bool>, std::size_t> taken;
     for (const Choice& ranked_choice : ranked) {
-      if (ranked_choice.baseline_cut) continue;
+      if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut) continue;
       const bool padded = ranked_choice.batching.varlen_padded_cut;
       std::size_t& row_taken = taken[{ranked_choice.schedule, padded}];
       if (row_taken >= kFullSearches) continue;
@@ -400,7 +403,10 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     const Choice* lightest = nullptr;
     double lightest_ms = choice->est_ms;
     for (const Choice& ranked_choice : ranked) {
-      if (ranked_choice.baseline_cut || ranked_choice.dp_recompute != Recompute::Full) continue;
+      if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut ||
+          ranked_choice.dp_recompute != Recompute::Full) {
+        continue;
+      }
       // Only a schedule row none of whose cuts was searched in full.
       if (std::ranges::any_of(searched, [&](const Searched& s) {
             return s.ranked_choice->schedule == ranked_choice.schedule;
@@ -438,6 +444,40 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   for (Choice& full : baseline_full) {
     if (chosen_before.baseline_cut && same_cut(full, chosen_before)) continue;
     // Only orders that beat the plan so far matter: their builds stop there.
+    Choice other = with_random_orders(batch, std::move(full), choice->est_ms);
+    if (other.est_ms < choice->est_ms) choice = std::move(other);
+  }
+  // Last, the cuts in the modes the DP did not pick (rank_dp_plans(), dp > 1) that rank
+  // among the three best regular cuts: each searched in full, dealt again and given random
+  // orders as the plan was, and taken only where it then beats the finished plan. Searched
+  // with the three, one that won there moved the later steps' bars and gates, and the plan
+  // they finished came out slower at 12 of 654 random dp > 1 points (dynapipe-padded, T5-11B
+  // pp 8 dp 4, A100-40G preset, 1024, 65,536 tokens: 1053.6 -> 1061.5 ms).
+  std::size_t regular_ahead = 0;
+  for (const Choice& ranked_choice : ranked) {
+    if (ranked_choice.baseline_cut) continue;
+    if (!ranked_choice.other_mode_cut) {
+      ++regular_ahead;
+      continue;
+    }
+    if (regular_ahead >= kFullSearches) continue;
+    const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
+    Choice full =
+        m.search_replicas(batch, replicas, ranked_choice.schedule, {.beat_ms = choice->est_ms});
+    if (redeals) {
+      const double bar = full.replicas.empty() ? choice->est_ms : full.est_ms;
+      if (std::optional<Choice> other = m.redeal(batch, ranked_choice, ranked_choice.schedule, bar)) {
+        full = std::move(*other);
+      }
+    }
+    if (full.replicas.empty()) continue;  // it could not beat the plan
+    full.batching = ranked_choice.batching;
+    full.dp_recompute = ranked_choice.dp_recompute;
+    if (redeals) {  // as the plan's own was, once more
+      if (std::optional<Choice> again = m.redeal(batch, full, full.schedule, full.est_ms)) {
+        full = std::move(*again);
+      }
+    }
     Choice other = with_random_orders(batch, std::move(full), choice->est_ms);
     if (other.est_ms < choice->est_ms) choice = std::move(other);
   }

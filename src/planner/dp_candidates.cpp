@@ -152,6 +152,29 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
   std::vector<std::size_t> best_of_order = std::move(first.best_of_order);
   std::vector<std::size_t> rule_of = std::move(first.rule_of);
   std::vector<std::size_t> order_of = std::move(first.order_of);
+  // With dp > 1 under auto recompute, the first rule's cuts (dynapipe's in the sorted order)
+  // in the other two modes as well: there the DP's objective only estimates how the
+  // replicas deal the micro-batches and how the schedule runs them, so the mode it ranks
+  // best need not be (T5-11B pp 8 dp 2 on the measured H100 profile, 40 GiB, 1024, 65,536
+  // tokens: the DP's pick, no recomputation in 31 micro-batches, ranked 883.0 ms; its
+  // full-recompute cut, 10 micro-batches, 780.2; dynapipe planned 794.5 ms against
+  // `--recompute full`'s 764.0, dynapipe-padded 900.0 against 835.2). Ranked last, tried
+  // against the finished plan at the end of choose(), and no other step starts from them:
+  // letting the line search start there moved it off a better start (GPT-6.7B pp 8 dp 2,
+  // A100-40G preset, 2048, 65,536 tokens: 1285.8 -> 1295.7 ms).
+  std::vector<Choice> other_mode_cuts;
+  if (!m.batching.recompute && !m.batching.mixed_recompute && m.config.dp > 1) {
+    for (const Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+      if (mode == ranked.front().dp_recompute) continue;
+      BatchingOptions fixed = plans.front().first;
+      fixed.recompute = mode;
+      std::optional<Choice> c = unless_ruled_out(
+          [&] { return m.search(batch, fixed, plans.front().second, true, &cache, &ranked); });
+      if (!c) continue;
+      c->other_mode_cut = true;
+      other_mode_cuts.push_back(std::move(*c));
+    }
+  }
   if (varlen && !m.batching.recompute && m.config.pp > 1 && ranked.front().dp_recompute != Recompute::None &&
       (m.schedule == ScheduleKind::Auto || m.schedule == ScheduleKind::CriticalPath) &&
       lone_samples_may_gain(count_lone_samples(batch, *m.cost, plans.front().first, m.config.pp), m.config.pp)) {
@@ -379,6 +402,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
       }
     }
   }
+  for (Choice& c : other_mode_cuts) ranked.push_back(std::move(c));
   return ranked;
 }
 

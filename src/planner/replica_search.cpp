@@ -44,6 +44,7 @@ Choice Planner::Impl::quick_search(const GlobalBatch& batch,
     if (const Choice* same = same_quick_search(*ranked, replicas, schedule, recompute)) {
       Choice choice = *same;
       choice.baseline_cut = false;  // the caller's to set, as for a fresh search
+      choice.other_mode_cut = false;
       return choice;
     }
   }
