@@ -8,7 +8,8 @@
 // [/short<L>: only samples of at most L tokens, ~500 per batch][/tp<T>/<cost model>: the
 // measured A100 tables, where the DP has no pruning bounds (CostModel::monotone(),
 // subadditive()) and runs exact on them][/per_microbatch: `--recompute per-microbatch`]
-// [/threads2: one plan on two threads, PlannerOptions::threads].
+// [/threads2: one plan on two threads, PlannerOptions::threads][/dp2: two data-parallel
+// replicas].
 // <part>: plan = everything; plan_noverify = PlannerOptions::verify off; batching =
 // make_microbatches() alone with the planner's options (the DP's share); plan_ahead = the
 // kBatches batches planned at once on one thread per hardware thread (plan_many(), as
@@ -58,6 +59,7 @@ struct Setting {
   int tp = 1;
   bool mixed_recompute = false;  // --recompute per-microbatch
   int threads = 1;               // PlannerOptions::threads: one plan on this many threads
+  int dp = 1;                    // data-parallel replicas (the tokens are the global batch's)
 };
 
 PlanConfig config_of(const Setting& s) {
@@ -67,6 +69,7 @@ PlanConfig config_of(const Setting& s) {
   config.cost_model = s.cost_model;
   config.tp = s.tp;
   config.pp = s.pp;
+  config.dp = s.dp;
   config.max_seqlen = s.max_seqlen;
   config.max_target_len = s.max_seqlen;  // the CLI's default
   config.global_batch_tokens = s.tokens;
@@ -158,7 +161,8 @@ void add(const Setting& s, Part part) {
                            (s.short_only > 0 ? "/short" + std::to_string(s.short_only) : "") +
                            (s.tp > 1 ? "/tp" + std::to_string(s.tp) + "/" + s.cost_model : "") +
                            (s.mixed_recompute ? "/per_microbatch" : "") +
-                           (s.threads != 1 ? "/threads" + std::to_string(s.threads) : "");
+                           (s.threads != 1 ? "/threads" + std::to_string(s.threads) : "") +
+                           (s.dp != 1 ? "/dp" + std::to_string(s.dp) : "");
   benchmark::RegisterBenchmark(name.c_str(), [s, part](benchmark::State& st) { run(st, s, part); })
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
@@ -198,6 +202,14 @@ void register_all() {
       s.mixed_recompute = true;
       add(s, Part::Plan);
     }
+  }
+  // Two replicas of twice the batch (65,536 tokens each): the deal's searches and, under auto
+  // recompute, the cuts in the modes the DP did not pick (docs/batching.md, "Replicas").
+  for (const Setting& base : {gpt, t5}) {
+    Setting s = base;
+    s.tokens = 2 * base.tokens;
+    s.dp = 2;
+    add(s, Part::Plan);
   }
   // The authors' measured A100 tables (the paper regime's layout for GPT-6.7B at 2048).
   add({"gpt-6.7b", 4, 2048, 65536, 35.16, "a100-measured", 0, 2}, Part::Plan);
