@@ -162,8 +162,10 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
   // against the finished plan at the end of choose(), and no other step starts from them:
   // letting the line search start there moved it off a better start (GPT-6.7B pp 8 dp 2,
   // A100-40G preset, 2048, 65,536 tokens: 1285.8 -> 1295.7 ms).
+  // dynapipe-padded at dp = 1 too, where it gains up to 1.1% (T5-11B pp 4, A100-80G, 80 GiB,
+  // 1024); dynapipe's DPs there cost +8% to +21% planning instructions for ≤ 0.2%.
   std::vector<Choice> other_mode_cuts;
-  if (!m.batching.recompute && !m.batching.mixed_recompute && m.config.dp > 1) {
+  if (!m.batching.recompute && !m.batching.mixed_recompute && (m.config.dp > 1 || !varlen)) {
     for (const Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
       if (mode == ranked.front().dp_recompute) continue;
       BatchingOptions fixed = plans.front().first;

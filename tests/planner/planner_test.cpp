@@ -778,6 +778,22 @@ TEST(PlannerTest, AutoRecomputeSearchesEveryModesCutWithDataParallelism) {
   }
 }
 
+// dynapipe-padded tries the other modes' cuts at dp = 1 too (dynapipe does not: its DPs
+// there cost more than they gain): T5-11B pp 4 on the A100-80G preset, 80 GiB, 1024
+// (bench/issue8_points.sh), on this split 5713.0 ms per iteration over two before (no
+// recomputation, as the DP ranked it), 5588.7 now.
+TEST(PlannerTest, DynapipePaddedSearchesEveryModesCutAtOneReplica) {
+  PlanConfig config = t5_config("analytic:a100-80g", 4, 1024, 512, 80);
+  config.strategy = Strategy::DynaPipePadded;
+  config.stage_layers = assign_layers(config.model, {9, 9, 14, 16});  // balanced's split
+  const Planner planner(config, options_with(false, {}));
+  double ms = 0;
+  for (const GlobalBatch& batch : batches_of(config, 2)) {
+    ms += planner.plan_iteration(batch).est_iteration_ms / 2;
+  }
+  EXPECT_LT(ms, 0.99 * 5713.0);
+}
+
 // packing-varlen's cuts are also tried in its own block-diagonal rows, not only as one
 // varlen row each: on the flash H100 preset one row of the same samples costs T5-11B's
 // decoder stages ~1.7% more, and packing-varlen's plan was 1.1% ahead (pp 8, 80 GiB,
