@@ -447,7 +447,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     Choice other = with_random_orders(batch, std::move(full), choice->est_ms);
     if (other.est_ms < choice->est_ms) choice = std::move(other);
   }
-  // Last, the cuts in the modes the DP did not pick (rank_dp_plans(), dp > 1) that rank
+  // Last, the cuts in the modes the DP did not pick (rank_dp_plans(); other_mode_cut) that rank
   // among the three best regular cuts: each searched in full, dealt again and given random
   // orders as the plan was, and taken only where it then beats the finished plan. Searched
   // with the three, one that won there moved the later steps' bars and gates, and the plan

@@ -82,8 +82,9 @@ struct Choice {
   // packing-varlen's or token-based's cut: searched in full after those when its quick
   // estimate comes near the best full one (choose()).
   bool baseline_cut = false;
-  // One of rank_dp_plans()'s cuts in a recompute mode the DP did not pick (dp > 1, auto):
-  // tried against the finished plan at the end of choose() and left out of every other step.
+  // One of rank_dp_plans()'s cuts in a recompute mode the DP did not pick (auto recompute;
+  // dynapipe at dp > 1, dynapipe-padded at any dp): tried against the finished plan at the
+  // end of choose() and left out of every other step.
   bool other_mode_cut = false;
 };
 
