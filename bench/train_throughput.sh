@@ -5,13 +5,23 @@
 # the tokens/s of the timed steps together (Σ tokens / Σ step time: the steps hold different
 # batches, so the median step can be a different batch for each strategy).
 #
+# On a shared machine the speed drifts within minutes (2026-12-04 on the 2-vCPU VM: the
+# same three gpt-tiny runs, in two orders, put dynapipe at 0.84x and at 1.20x
+# token-based), so a comparison wants ROUNDS > 1: round k runs the strategies rotated by
+# k (with ROUNDS a multiple of their count, each runs once in every position), and a
+# second table pairs each strategy with the base step for step (every strategy trains the
+# same global batches), per round and over all rounds (bench/train_throughput_report.py).
+#
 #   bench/train_throughput.sh                      # gpt-tiny, pp 2, max seqlen 2048
 #   MODEL=t5-tiny STEPS=4 bench/train_throughput.sh
+#   ROUNDS=3 STEPS=8 STRATEGIES="dynapipe packing-varlen token-based" bench/train_throughput.sh
+#   STRATEGIES="dynapipe dynapipe@zb1p dynapipe@wait-free-cyclic" ROUNDS=3 bench/train_throughput.sh
 #
 # Environment: MODEL (gpt-tiny), PP (2), DP (1), MAX_SEQLEN (2048), TOKENS (16384 per
 # global batch), STEPS (3), THREADS (1 per rank), DATA (the bundled dataset),
-# STRATEGIES (all five; spaces or commas between names), DYNAPIPE (build/dynapipe), REPLICAS (1: none; e.g. 2,1 runs
-# stage 0 on two ranks, --replicas), TRAIN_FLAGS (more `train` flags, e.g.
+# STRATEGIES (all five; spaces or commas between names; NAME@SCHEDULE trains NAME with
+# --schedule SCHEDULE), ROUNDS (1), DYNAPIPE (build/dynapipe), REPLICAS (1: none; e.g. 2,1
+# runs stage 0 on two ranks, --replicas), TRAIN_FLAGS (more `train` flags, e.g.
 # --release-freed-memory).
 set -euo pipefail
 
@@ -25,13 +35,20 @@ TOKENS=${TOKENS:-16384}
 STEPS=${STEPS:-3}
 THREADS=${THREADS:-1}
 REPLICAS=${REPLICAS:-1}
+ROUNDS=${ROUNDS:-1}
 TRAIN_FLAGS=${TRAIN_FLAGS:-}
 STRATEGIES=${STRATEGIES:-"packing dynapipe packing-varlen token-based padding"}
 STRATEGIES=${STRATEGIES//,/ }
+if ! [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]]; then
+  echo "error: ROUNDS must be a whole number >= 1, got '$ROUNDS'" >&2
+  exit 2
+fi
+read -r -a LABELS <<< "$STRATEGIES"
 # A receive waits for the peer's whole F+B of a micro-batch: padding's 30-row x 2048
 # micro-batches take minutes on a CPU.
 COMM_TIMEOUT=${COMM_TIMEOUT:-3600}
-# METRICS_DIR keeps every run's metrics JSONL (default: a temporary directory).
+# METRICS_DIR keeps every run's metrics JSONL, as r<round>/<strategy>.jsonl (default: a
+# temporary directory).
 if [ -n "${METRICS_DIR:-}" ]; then
   TMP=$METRICS_DIR; mkdir -p "$TMP"
 else
@@ -41,49 +58,26 @@ fi
 echo
 echo "\`$DYNAPIPE train --data $DATA --model $MODEL --pp $PP --dp $DP --max-seqlen $MAX_SEQLEN" \
   "--global-batch-tokens $TOKENS --steps $STEPS --threads-per-rank $THREADS --replicas $REPLICAS $TRAIN_FLAGS --strategy S\`" \
-  "($(nproc) cores, $(date -u +%Y-%m-%d))"
+  "($(nproc) cores, $(date -u +%Y-%m-%d)$( [ "$ROUNDS" -gt 1 ] && echo ", $ROUNDS rounds in rotated orders"))"
 echo
-for strategy in $STRATEGIES; do
-  echo "running $strategy ..." >&2
-  "$DYNAPIPE" train --data "$DATA" --model "$MODEL" --pp "$PP" --dp "$DP" --max-seqlen "$MAX_SEQLEN" \
-    --global-batch-tokens "$TOKENS" --steps "$STEPS" --threads-per-rank "$THREADS" \
-    --replicas "$REPLICAS" --strategy "$strategy" --metrics "$TMP/$strategy.jsonl" --no-progress \
-    --comm-timeout "$COMM_TIMEOUT" $TRAIN_FLAGS > /dev/null || echo "$strategy failed; see above" >&2
+count=${#LABELS[@]}
+for ((round = 0; round < ROUNDS; round++)); do
+  mkdir -p "$TMP/r$round"
+  for ((k = 0; k < count; k++)); do
+    label=${LABELS[$(( (k + round) % count ))]}
+    strategy=${label%%@*}
+    schedule=()
+    if [[ "$label" == *@* ]]; then schedule=(--schedule "${label#*@}"); fi
+    if [ "$ROUNDS" -gt 1 ]; then
+      echo "running $label (round $((round + 1)) of $ROUNDS) ..." >&2
+    else
+      echo "running $label ..." >&2
+    fi
+    "$DYNAPIPE" train --data "$DATA" --model "$MODEL" --pp "$PP" --dp "$DP" --max-seqlen "$MAX_SEQLEN" \
+      --global-batch-tokens "$TOKENS" --steps "$STEPS" --threads-per-rank "$THREADS" \
+      --replicas "$REPLICAS" --strategy "$strategy" "${schedule[@]}" --metrics "$TMP/r$round/$label.jsonl" \
+      --no-progress --comm-timeout "$COMM_TIMEOUT" $TRAIN_FLAGS > /dev/null || echo "$label failed; see above" >&2
+  done
 done
 
-/usr/bin/python3 - "$TMP" $STRATEGIES <<'EOF'
-import json, statistics, sys
-tmp, strategies = sys.argv[1], sys.argv[2:]
-rows = {}
-for s in strategies:
-    try:
-        steps = [json.loads(l) for l in open(f"{tmp}/{s}.jsonl")]
-    except FileNotFoundError:
-        continue
-    steps = [m for m in steps if not m.get("summary")]
-    if not steps:
-        continue
-    # Step 0 includes warm-up (first allocations, planning the first plans): report the rest.
-    timed = steps[1:] if len(steps) > 1 else steps
-    real = sum(m["real_tokens"] for m in steps)
-    padded = sum(m["padded_tokens"] for m in steps)
-    rows[s] = dict(
-        tps=statistics.median(m["tokens_per_s"] for m in timed),
-        # Steps hold different batches: the whole timed run's rate weighs them by time.
-        total_tps=sum(m["real_tokens"] for m in timed) / sum(m["step_time_s"] for m in timed),
-        step=statistics.median(m["step_time_s"] for m in timed),
-        est=statistics.median(m["est_step_time_s"] for m in timed),
-        eff=real / padded if padded else 0.0,
-        peak=max(m["peak_memory_above_start_bytes"] for m in steps) / 2**20,
-        loss=steps[-1]["loss"])
-if not rows:
-    sys.exit("error: no strategy trained (see the errors above)")
-# The ratio column is to packing, or to the first strategy that trained without it.
-base_name = "packing" if "packing" in rows else next(iter(rows))
-base = rows[base_name]["tps"]
-print(f"| strategy | tokens/s (median) | vs {base_name} | step s (median) | est. step s | padding eff. | peak MiB above start | final loss | tokens/s (timed steps together) |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-for s, r in rows.items():
-    print(f"| {s} | {r['tps']:.0f} | {r['tps'] / base:.2f}x | {r['step']:.2f} | {r['est']:.2f} "
-          f"| {r['eff']:.3f} | {r['peak']:.0f} | {r['loss']:.4f} | {r['total_tps']:.0f} |")
-EOF
+/usr/bin/python3 "$(dirname "$0")/train_throughput_report.py" "$TMP" "$ROUNDS" "${LABELS[@]}"
