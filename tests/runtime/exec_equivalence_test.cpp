@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <tuple>
 
 #include "dynapipe/core/rng.h"
@@ -226,23 +228,43 @@ void check_mixed_recompute(ModelKind kind) {
   }
 }
 
-// A varlen plan's dense micro-batches run padded attention: dynapipe on a measured profile
-// makes a lone sample one dense row (CostModel::lone_samples_dense()), the same losses.
+// dynapipe on a measured profile makes a lone sample one dense row
+// (CostModel::lone_samples_dense()): the same losses. The runtime runs such a row as one
+// varlen span (no s x s masks), and a dense micro-batch of several samples (dynapipe-padded's
+// cut in a varlen plan) with padded attention, as it was priced.
 void check_dense_lone_samples(ModelKind kind) {
   auto options = train_options(plan_config(kind, "dynapipe", 2, 1));
   options.plan.cost_model = cat(DYNAPIPE_SOURCE_DIR "/assets/profiles/",
                                 kind == ModelKind::Gpt ? "gpt-tiny" : "t5-tiny", ".cpu.json");
   std::atomic<int> dense = 0, varlen = 0;  // planning workers run concurrently
+  std::mutex lone_mutex;
+  std::vector<MicroBatch> lone;  // the plans' dense lone samples
   auto losses = pipelined_run(options, [&](IterationPlan& plan) {
     for (const ReplicaPlan& replica : plan.replicas) {
       for (const MicroBatch& mb : replica.microbatches) {
-        if (mb.sample_ids.size() == 1) ++(mb.rows.empty() && mb.density == AttentionDensity{} ? dense : varlen);
+        if (mb.sample_ids.size() != 1) continue;
+        const bool is_dense = mb.rows.empty() && mb.density == AttentionDensity{};
+        ++(is_dense ? dense : varlen);
+        if (is_dense) {
+          std::lock_guard<std::mutex> lock(lone_mutex);
+          lone.push_back(mb);
+        }
       }
     }
   }).losses;
   EXPECT_GE(dense, 1) << "the plans should hold lone samples";
   EXPECT_EQ(varlen, 0) << "lone samples should be dense rows";
   expect_same_losses(single_process_losses(options), losses, cat(model_kind_name(kind), " dense lone samples"));
+
+  ASSERT_GE(lone.size(), 2u);
+  const TrainHooks hooks = make_default_hooks(options, 1);  // models and collate only
+  EXPECT_EQ(hooks.collate(lone[0]).mode, AttentionMode::Varlen);
+  MicroBatch two = lone[0];  // two of them as one dense micro-batch
+  two.sample_ids.push_back(lone[1].sample_ids[0]);
+  two.shape.batch = 2;
+  two.shape.seqlen = std::max(lone[0].shape.seqlen, lone[1].shape.seqlen);
+  two.shape.dec_seqlen = std::max(lone[0].shape.dec_seqlen, lone[1].shape.dec_seqlen);
+  EXPECT_EQ(hooks.collate(two).mode, AttentionMode::Padded);
 }
 
 TEST(EquivalenceTest, GptDenseLoneSamplesMatchSingleProcess) { check_dense_lone_samples(ModelKind::Gpt); }

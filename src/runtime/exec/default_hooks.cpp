@@ -225,10 +225,16 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
   const AttentionMode mode = attention_mode(config.strategy);
   const ModelKind kind = config.model.kind;
   hooks.collate = [source, mode, kind](const MicroBatch& mb) {
-    // A dense micro-batch of a varlen plan (no density: a lone sample as one dense row, or
-    // dynapipe-padded's cut ranked as it runs) runs padded attention, as it was priced.
-    const AttentionMode runs =
-        mode == AttentionMode::Varlen && mb.density == AttentionDensity{} ? AttentionMode::Padded : mode;
+    // A dense micro-batch of a varlen plan (no density: dynapipe-padded's cut ranked as it
+    // runs) runs padded attention, as it was priced; but a lone sample (one dense row, as
+    // measured profiles price it) runs as one varlen span: the same attention, without the
+    // s x s masks the padded path builds and applies, which cost this CPU runtime more than
+    // the stage profiles measure (t5-tiny pp 2 on its whole-stage profile: dynapipe's plans,
+    // the same cuts as packing-varlen's but for lone samples dense, ran 0.91x its speed).
+    const bool lone_sample = mb.sample_ids.size() == 1;
+    const AttentionMode runs = mode == AttentionMode::Varlen && mb.density == AttentionDensity{} && !lone_sample
+                                   ? AttentionMode::Padded
+                                   : mode;
     return collate(mb, *source, kind, runs, /*loss_scale: set by the executor*/ 1.0);
   };
   return hooks;
