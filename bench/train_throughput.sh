@@ -44,6 +44,10 @@ if ! [[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 read -r -a LABELS <<< "$STRATEGIES"
+if [ "${#LABELS[@]}" -eq 0 ]; then
+  echo "error: STRATEGIES names no strategy, got '$STRATEGIES'" >&2
+  exit 2
+fi
 # A receive waits for the peer's whole F+B of a micro-batch: padding's 30-row x 2048
 # micro-batches take minutes on a CPU.
 COMM_TIMEOUT=${COMM_TIMEOUT:-3600}

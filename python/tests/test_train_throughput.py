@@ -110,3 +110,10 @@ def test_bad_rounds_is_one_line_and_exit_2(source_dir, fake, tmp_path, rounds):
     assert r.returncode == 2
     assert r.stderr.strip() == f"error: ROUNDS must be a whole number >= 1, got '{rounds}'"
     assert not (tmp_path / "calls").exists()
+
+
+def test_no_strategy_is_one_line_and_exit_2(source_dir, fake, tmp_path):
+    r = run(source_dir, fake, tmp_path, ", ,", {}, rounds=1)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: STRATEGIES names no strategy, got '   '"
+    assert not (tmp_path / "calls").exists()
