@@ -80,7 +80,6 @@ def report(directory, rounds, labels, out=sys.stdout):
                        for key in ("tps", "total_tps", "step", "est", "eff")}
         rows[label]["peak"] = max(r["peak"] for r in per_run)
         rows[label]["loss"] = per_run[-1]["loss"]
-        rows[label]["runs"] = len(per_run)
     base = rows[base_name]["tps"]
     over = " (medians over rounds)" if rounds > 1 else ""
     print(f"| strategy | tokens/s (median step){over} | vs {base_name} | step s (median) | est. step s "
