@@ -74,6 +74,21 @@ void ShapeCosts::evaluate_stages_modes(const MicroBatchShape& shape,
   }
 }
 
+void ShapeCosts::evaluate_stages_many(std::span<const MicroBatchShape> shapes,
+                                      std::span<const AttentionDensity> densities,
+                                      std::span<const Recompute> modes, std::span<double> times,
+                                      std::span<std::int64_t> bytes) const {
+  evaluations_ += static_cast<std::int64_t>(shapes.size());
+  cost_model_.bottleneck_ms_and_bytes_many(shapes, densities, modes, stage_scratch_, times, bytes);
+  for (std::size_t j = 0; j < shapes.size(); ++j) {
+    for (std::size_t k = 0; k < modes.size(); ++k) {
+      DYNAPIPE_CHECK(!std::isnan(times[modes.size() * j + k]),
+                     cat("cost model returned NaN time for shape ", shapes[j].batch, "x",
+                         shapes[j].seqlen, "+", shapes[j].dec_seqlen));
+    }
+  }
+}
+
 std::vector<std::int64_t> ShapeCosts::rule_key(MemoryRule rule) const {
   std::vector<std::int64_t> key{memory_limit_bytes_};
   for (int s = 0; s < num_stages_; ++s) {

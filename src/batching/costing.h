@@ -76,6 +76,14 @@ class ShapeCosts {
   void evaluate_stages_modes(const MicroBatchShape& shape, const AttentionDensity& density,
                              std::span<const Recompute> modes, std::span<double> times,
                              std::span<std::int64_t> bytes) const;
+  // evaluate_stages_modes() for several shapes (CostModel::bottleneck_ms_and_bytes_many()):
+  // shape j's results for modes[k] are times[K·j + k] and bytes[2p·(K·j + k), ...).
+  void evaluate_stages_many(std::span<const MicroBatchShape> shapes,
+                            std::span<const AttentionDensity> densities,
+                            std::span<const Recompute> modes, std::span<double> times,
+                            std::span<std::int64_t> bytes) const;
+  // How many shapes evaluate_stages_many() costs for about the price of one.
+  int costing_lanes() const { return cost_model_.costing_lanes(); }
   // Whether per-stage bytes from evaluate_stages() fit under `rule`.
   // Inline: the varlen scans call it once per new segment and rule.
   // REQUIRES: not PipelinedLoneAlone (rule_for()).

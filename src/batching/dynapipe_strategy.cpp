@@ -212,10 +212,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
       : costs_(costs), rule_(rule), kind_(kind), multiple_(seqlen_multiple),
         stride_(2 * static_cast<std::size_t>(costs.num_stages())), rows_(rows), partner_(partner),
         enc_cap_(enc_cap), dec_cap_(dec_cap) {
-    if (partner_ != nullptr) {
-      modes_ = {rows_.recompute, partner_->recompute};
-      joint_bytes_.resize(2 * stride_);
-    }
+    modes_ = {rows_.recompute, partner_ != nullptr ? partner_->recompute : rows_.recompute};
     lengths_.reserve(seq.size());
     for (std::size_t k : seq) tokens_.add(lengths_.emplace_back(model_lengths(samples[k], kind)), kind);
     if (tokens_.every_sample_has_tokens && costs_.affine_bound()) affine_ = &*costs_.affine_bound();
@@ -458,36 +455,42 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   bool monotone() const { return monotone_; }
 
  private:
-  // Costs the next segment of row i (REQUIRES: one is left), and the partner's row i
-  // with it when that row stands at the same segment: one cost-model call for both modes
-  // (the analytic model shares the layers' terms), the same numbers as two.
+  // Costs the next segments of row i (REQUIRES: one is left): as many as the cost model
+  // costs for the price of one (ShapeCosts::costing_lanes(); the analytic model four)
+  // while the row has samples, and the partner's row i with them when that row stands at
+  // the same segment: one cost-model call for all, the same numbers as one call per
+  // segment and mode. Segments past what this scan reads stay for later scans.
   void extend(int i, VarlenRows::Row* row) {
     const std::size_t c = row->time_ms.size();
-    const ModelLengths& l = lengths_[static_cast<std::size_t>(i) + c];
-    row->grow(l.enc, l.dec, stride_);
-    const MicroBatchShape shape{.batch = 1,
-                                .seqlen = round_up(row->enc, multiple_),
-                                .dec_seqlen = round_up(row->dec, multiple_)};
-    // In the form its micro-batch takes (a lone sample dense where the model says so).
-    const AttentionDensity density =
-        varlen_row_density(c + 1, lone_, row->enc_squares, row->dec_squares, shape, kind_);
-    VarlenRows::Row* partner =
-        partner_ != nullptr ? &partner_->rows[static_cast<std::size_t>(i)] : nullptr;
-    if (partner != nullptr && partner->time_ms.size() == c && !partner_->sample_too_large) {
-      partner->grow(l.enc, l.dec, stride_);  // the same sums: the same segment
-      double times[2];
-      costs_.evaluate_stages_modes(shape, density, modes_, times, joint_bytes_);
-      const std::span<const std::int64_t> bytes(joint_bytes_);
-      row->push(times[0], bytes.first(stride_));
-      partner->push(times[1], bytes.subspan(stride_, stride_));
-      return;
+    const auto row_index = static_cast<std::size_t>(i);
+    std::size_t ahead = std::min(lanes_, lengths_.size() - row_index - c);
+    if (!cap_count_.empty()) {  // no segment past the capacities (c is below them)
+      ahead = std::min(ahead, static_cast<std::size_t>(cap_count_[row_index]) - c);
     }
-    row->bytes.resize(row->bytes.size() + stride_);
-    const std::span<std::int64_t> bytes =
-        std::span<std::int64_t>(row->bytes).subspan(row->bytes.size() - stride_, stride_);
-    const double t = costs_.evaluate_stages(shape, density, bytes);
-    if (!row->time_ms.empty() && !(row->time_ms.back() <= t)) row->sorted = false;
-    row->time_ms.push_back(t);
+    VarlenRows::Row* partner = partner_ != nullptr ? &partner_->rows[row_index] : nullptr;
+    const bool joint = partner != nullptr && partner->time_ms.size() == c && !partner_->sample_too_large;
+    shapes_.clear();
+    densities_.clear();
+    for (std::size_t a = 0; a < ahead; ++a) {
+      const ModelLengths& l = lengths_[row_index + c + a];
+      row->grow(l.enc, l.dec, stride_);
+      if (joint) partner->grow(l.enc, l.dec, stride_);  // the same sums: the same segment
+      const MicroBatchShape& shape = shapes_.emplace_back(MicroBatchShape{
+          .batch = 1, .seqlen = round_up(row->enc, multiple_), .dec_seqlen = round_up(row->dec, multiple_)});
+      // In the form its micro-batch takes (a lone sample dense where the model says so).
+      densities_.push_back(
+          varlen_row_density(c + a + 1, lone_, row->enc_squares, row->dec_squares, shape, kind_));
+    }
+    const std::size_t modes = joint ? 2 : 1;
+    times_.resize(ahead * modes);
+    many_bytes_.resize(ahead * modes * stride_);
+    costs_.evaluate_stages_many(shapes_, densities_, std::span<const Recompute>(modes_).first(modes),
+                                times_, many_bytes_);
+    const std::span<const std::int64_t> bytes(many_bytes_);
+    for (std::size_t a = 0; a < ahead; ++a) {
+      row->push(times_[modes * a], bytes.subspan(modes * a * stride_, stride_));
+      if (joint) partner->push(times_[modes * a + 1], bytes.subspan((modes * a + 1) * stride_, stride_));
+    }
   }
 
   ShapeCosts& costs_;
@@ -498,7 +501,11 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   VarlenRows& rows_;
   VarlenRows* partner_;                // costed along (constructor), or nullptr
   std::array<Recompute, 2> modes_{};   // this scanner's mode, the partner's
-  std::vector<std::int64_t> joint_bytes_;  // one joint evaluation's bytes, both modes
+  std::size_t lanes_ = static_cast<std::size_t>(costs_.costing_lanes());  // segments per extend()
+  std::vector<MicroBatchShape> shapes_;       // extend()'s segments
+  std::vector<AttentionDensity> densities_;
+  std::vector<double> times_;                 // their times, per segment and mode
+  std::vector<std::int64_t> many_bytes_;      // their bytes, per segment and mode
   std::vector<ModelLengths> lengths_;  // model lengths in sequence order
   TokenTotals tokens_;                 // over the sequence
   const AffineTimeBound* affine_ = nullptr;  // costs_'s, where it applies (constructor)

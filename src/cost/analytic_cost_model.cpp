@@ -7,8 +7,15 @@
 #include <cmath>
 #include <optional>
 #include <span>
+#include <type_traits>
+#include <utility>
 
 #include "cost/layer_cost.h"
+
+// Lanes (vectors of four doubles) pass between this file's functions, which are internal
+// and inlined into their callers: GCC's note that such arguments change the ABI where AVX
+// is off (the baseline build) concerns calls across translation units only.
+#pragma GCC diagnostic ignored "-Wpsabi"
 #include "dynapipe/core/cpu_dispatch.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
@@ -35,35 +42,55 @@ constexpr double kMemoryBoundBackwardFactor = 1.5;
 
 // Time of a matmul with `flops` over `rows` rows at efficiency eff_max * m / (m + m_half):
 // flops / (peak * eff) = flops * (m + m_half) / m / (peak * eff_max), linear in m.
-double matmul_ms(const LayerCoefficients& c, double flops, double rows) {
-  if (rows <= 0 || flops <= 0) return 0;
-  return flops * (rows + c.half_rows) / rows * c.matmul_ms_per_flop;
+// (A select, not a branch, so that vector lanes take it one by one.)
+template <typename V>
+[[gnu::always_inline]] inline V matmul_ms(const LayerCoefficients& c, V flops, V rows) {
+  const V ms = flops * (rows + c.half_rows) / rows * c.matmul_ms_per_flop;
+  return rows > 0 && flops > 0 ? ms : V{};
+}
+
+// std::max(a, b) lane by lane: b where a < b, else a.
+template <typename V>
+[[gnu::always_inline]] inline V max_of(V a, V b) {
+  return a < b ? b : a;
+}
+
+// The layer formulas below take V = double, or Lanes: several micro-batches' shapes in
+// vector lanes, costed by the same arithmetic in the same order, so each lane holds
+// exactly the double's result. Lanes skip the formulas' guard against no tokens: their
+// caller costs only micro-batches with tokens in every lane.
+template <typename V>
+[[gnu::always_inline]] inline bool no_tokens(V n) {
+  if constexpr (std::is_same_v<V, double>) {
+    return n <= 0;
+  } else {
+    return false;
+  }
 }
 
 // Attention backward over forward, in matmul work: dV and dP, dQ and dK (2x); fused
 // attention also recomputes QK^T, which it never stored (2.5x).
 double attention_backward_factor(const LayerCoefficients& c) { return c.flash_attention ? 2.5 : 2.0; }
 
-}  // namespace
-
 // One GPT layer or T5 encoder layer over b rows of s tokens.
-DYNAPIPE_ALSO_AVX2 LayerTerms encoder_layer_terms(const LayerCoefficients& c, double b, double s, double density) {
-  LayerTerms terms;
-  LayerCost& cost = terms.common;
-  const double n = b * s;  // tokens
-  if (n <= 0) return terms;
+template <typename V>
+[[gnu::always_inline]] inline BasicLayerTerms<V> encoder_layer_terms_of(const LayerCoefficients& c, V b, V s, V density) {
+  BasicLayerTerms<V> terms;
+  BasicLayerCost<V>& cost = terms.common;
+  const V n = b * s;  // tokens
+  if (no_tokens(n)) return terms;
   const double e = c.e, h = c.h, k = c.k, f = c.f;
-  const double scores = b * c.a * s * s * density;  // attention score elements
-  const double kept_scores = c.flash_attention ? 0 : scores;  // those written to memory
+  const V scores = b * c.a * s * s * density;  // attention score elements
+  const V kept_scores = c.flash_attention ? V{} : scores;  // those written to memory
 
-  const double dense_flops = 2 * n * (4 * h * k + 2 * h * f);  // QKV, proj, fc1, fc2
-  const double attention_flops = 4 * b * s * s * k * density;  // QK^T and AV
-  const double dense_ms = matmul_ms(c, dense_flops, n);
-  const double attention_ms = matmul_ms(c, attention_flops, n) * c.attention_slowdown;
+  const V dense_flops = 2.0 * n * (4 * h * k + 2 * h * f);  // QKV, proj, fc1, fc2
+  const V attention_flops = 4.0 * b * s * s * k * density;  // QK^T and AV
+  const V dense_ms = matmul_ms(c, dense_flops, n);
+  const V attention_ms = matmul_ms(c, attention_flops, n) * c.attention_slowdown;
   // LN x2, dropout+residual x2 (with 1-byte masks), GELU; softmax + dropout over scores.
-  const double elementwise_bytes = n * h * (10 * e + 2) + 2 * e * n * f + (4 * e + 1) * kept_scores;
-  const double attention_core_bytes = (4 * e + 1) * kept_scores;
-  const double elementwise_ms = elementwise_bytes * c.ms_per_byte;
+  const V elementwise_bytes = n * h * (10 * e + 2) + 2 * e * n * f + (4 * e + 1) * kept_scores;
+  const V attention_core_bytes = (4 * e + 1) * kept_scores;
+  const V elementwise_ms = elementwise_bytes * c.ms_per_byte;
 
   cost.fwd_ms = dense_ms + attention_ms + elementwise_ms + kLayerFwdOps * c.op_ms;
   cost.bwd_weight_ms = dense_ms / c.backward_speedup + kLayerBwdWeightOps * c.op_ms;
@@ -79,10 +106,10 @@ DYNAPIPE_ALSO_AVX2 LayerTerms encoder_layer_terms(const LayerCoefficients& c, do
   // released what it kept (GELU input and output, LN and fc1 inputs).
   const bool lt = c.libtorch_memory;
   const double per_score = lt ? e : 2 * e + 1;
-  const double stored_none = n * h * (4 * e + (lt ? 0 : 2)) + 4 * e * n * k + 2 * e * n * f + per_score * kept_scores +
-                             (lt ? 16 * n : 0);
-  const double working = lt ? std::max(2 * e * kept_scores - 2 * e * n * (f + h), 2 * e * n * f)
-                            : std::max(2 * e * kept_scores, 2 * e * n * f) + 4 * e * n * h;
+  const V stored_none = n * h * (4 * e + (lt ? 0 : 2)) + 4 * e * n * k + 2 * e * n * f + per_score * kept_scores +
+                        (lt ? 16.0 * n : V{});
+  const V working = lt ? max_of<V>(2 * e * kept_scores - 2 * e * n * (f + h), 2 * e * n * f)
+                       : max_of<V>(2 * e * kept_scores, 2 * e * n * f) + 4 * e * n * h;
   terms.stored_none = stored_none;
   terms.working = working;
   terms.score_bytes = per_score * kept_scores;
@@ -92,27 +119,28 @@ DYNAPIPE_ALSO_AVX2 LayerTerms encoder_layer_terms(const LayerCoefficients& c, do
 }
 
 // One T5 decoder layer: causal self-attention over sd, cross-attention sd x se, MLP.
-DYNAPIPE_ALSO_AVX2 LayerTerms decoder_layer_terms(const LayerCoefficients& c, double b, double se, double sd,
-                               double self_density, double cross_density) {
-  LayerTerms terms;
-  LayerCost& cost = terms.common;
-  const double nd = b * sd, ne = b * se;
-  if (nd <= 0) return terms;
+template <typename V>
+[[gnu::always_inline]] inline BasicLayerTerms<V> decoder_layer_terms_of(const LayerCoefficients& c, V b, V se, V sd, V self_density,
+                                          V cross_density) {
+  BasicLayerTerms<V> terms;
+  BasicLayerCost<V>& cost = terms.common;
+  const V nd = b * sd, ne = b * se;
+  if (no_tokens(nd)) return terms;
   const double e = c.e, h = c.h, k = c.k, f = c.f;
-  const double self_scores = b * c.a * sd * sd * self_density;
-  const double cross_scores = b * c.a * sd * se * cross_density;  // attention score elements
+  const V self_scores = b * c.a * sd * sd * self_density;
+  const V cross_scores = b * c.a * sd * se * cross_density;  // attention score elements
   // Those written to memory, as for the encoder layer (none with flash attention).
-  const double kept_self_scores = c.flash_attention ? 0 : self_scores;
-  const double kept_cross_scores = c.flash_attention ? 0 : cross_scores;
-  const double kept_scores = kept_self_scores + kept_cross_scores;
+  const V kept_self_scores = c.flash_attention ? V{} : self_scores;
+  const V kept_cross_scores = c.flash_attention ? V{} : cross_scores;
+  const V kept_scores = kept_self_scores + kept_cross_scores;
 
   // Self QKV + proj (4hk), cross Q + proj (2hk), MLP (2hf) over decoder tokens; cross K, V
   // (2hk) over encoder tokens.
-  const double dense_ms = matmul_ms(c, 2 * nd * (6 * h * k + 2 * h * f), nd) + matmul_ms(c, 2 * ne * 2 * h * k, ne);
-  const double attention_ms =
-      matmul_ms(c, 4 * b * k * (sd * sd * self_density + sd * se * cross_density), nd) * c.attention_slowdown;
-  const double elementwise_bytes = nd * h * (15 * e + 3) + 2 * e * nd * f + (4 * e + 1) * kept_scores;
-  const double elementwise_ms = elementwise_bytes * c.ms_per_byte;
+  const V dense_ms = matmul_ms(c, 2.0 * nd * (6 * h * k + 2 * h * f), nd) + matmul_ms(c, 2.0 * ne * 2 * h * k, ne);
+  const V attention_ms =
+      matmul_ms(c, 4.0 * b * k * (sd * sd * self_density + sd * se * cross_density), nd) * c.attention_slowdown;
+  const V elementwise_bytes = nd * h * (15 * e + 3) + 2 * e * nd * f + (4 * e + 1) * kept_scores;
+  const V elementwise_ms = elementwise_bytes * c.ms_per_byte;
   const double ops = kLayerFwdOps + kCrossAttentionExtraOps;
 
   cost.fwd_ms = dense_ms + attention_ms + elementwise_ms + ops * c.op_ms;
@@ -128,14 +156,16 @@ DYNAPIPE_ALSO_AVX2 LayerTerms decoder_layer_terms(const LayerCoefficients& c, do
   // encoder tokens.
   const bool lt = c.libtorch_memory;
   const double per_score = lt ? e : 2 * e + 1;
-  const double stored_none = nd * h * (6 * e + (lt ? 0 : 3)) + 6 * e * nd * k + 2 * e * ne * k + 2 * e * nd * f +
-                             per_score * kept_scores + (lt ? 24 * nd : 0);
-  const double mlp_released = 2 * e * nd * (f + h);
-  const double working =
-      lt ? std::max({2 * e * kept_self_scores - mlp_released,
-                     2 * e * kept_cross_scores + 2 * e * ne * k - mlp_released, 2 * e * nd * f})
-         : std::max({2 * e * kept_self_scores, 2 * e * kept_cross_scores, 2 * e * nd * f}) + 4 * e * nd * h +
-               2 * e * ne * h;
+  const V stored_none = nd * h * (6 * e + (lt ? 0 : 3)) + 6 * e * nd * k + 2 * e * ne * k + 2 * e * nd * f +
+                        per_score * kept_scores + (lt ? 24.0 * nd : V{});
+  const V mlp_released = 2 * e * nd * (f + h);
+  // std::max({x, y, z}) keeps the first largest, as max_of(max_of(x, y), z) does.
+  const V working =
+      lt ? max_of<V>(max_of<V>(2 * e * kept_self_scores - mlp_released,
+                               2 * e * kept_cross_scores + 2 * e * ne * k - mlp_released),
+                     2 * e * nd * f)
+         : max_of<V>(max_of<V>(2 * e * kept_self_scores, 2 * e * kept_cross_scores), 2 * e * nd * f) +
+               4 * e * nd * h + 2 * e * ne * h;
   terms.stored_none = stored_none;
   terms.working = working;
   terms.score_bytes = per_score * kept_scores;
@@ -147,9 +177,10 @@ DYNAPIPE_ALSO_AVX2 LayerTerms decoder_layer_terms(const LayerCoefficients& c, do
 
 // Token + position lookup and dropout over n tokens. Its backward is the scatter-add
 // into the tables: weight gradient only, apart from the dropout.
-DYNAPIPE_ALSO_AVX2 LayerCost embedding_cost(const LayerCoefficients& c, double n) {
-  LayerCost cost;
-  if (n <= 0) return cost;
+template <typename V>
+[[gnu::always_inline]] inline BasicLayerCost<V> embedding_cost_of(const LayerCoefficients& c, V n) {
+  BasicLayerCost<V> cost;
+  if (no_tokens(n)) return cost;
   const double e = c.e, h = c.h;
   cost.fwd_ms = n * h * (5 * e + 1) * c.ms_per_byte + kEmbeddingOps * c.op_ms;
   cost.bwd_input_ms = n * h * (2 * e + 1) * c.ms_per_byte + c.op_ms;
@@ -161,11 +192,12 @@ DYNAPIPE_ALSO_AVX2 LayerCost embedding_cost(const LayerCoefficients& c, double n
 
 // Final LN, LM head (h x vocab matmul) and cross-entropy over n tokens. The loss keeps
 // the logits' softmax in fp32 (4 n V bytes) until backward.
-DYNAPIPE_ALSO_AVX2 LayerCost head_cost(const LayerCoefficients& c, double n) {
-  LayerCost cost;
-  if (n <= 0) return cost;
+template <typename V>
+[[gnu::always_inline]] inline BasicLayerCost<V> head_cost_of(const LayerCoefficients& c, V n) {
+  BasicLayerCost<V> cost;
+  if (no_tokens(n)) return cost;
   const double e = c.e, h = c.h, v = c.v;
-  const double head_ms = matmul_ms(c, 2 * n * h * v, n);
+  const V head_ms = matmul_ms(c, 2.0 * n * h * v, n);
   cost.fwd_ms = head_ms + (2 * e * n * h + (e + 8) * n * v) * c.ms_per_byte + kHeadOps * c.op_ms;
   cost.bwd_weight_ms = head_ms / c.backward_speedup + c.op_ms;
   cost.bwd_input_ms = head_ms / c.backward_speedup + (3 * e * n * h + (e + 8) * n * v) * c.ms_per_byte +
@@ -175,10 +207,28 @@ DYNAPIPE_ALSO_AVX2 LayerCost head_cost(const LayerCoefficients& c, double n) {
   return cost;
 }
 
+}  // namespace
+
+DYNAPIPE_ALSO_AVX2 LayerTerms encoder_layer_terms(const LayerCoefficients& c, double b, double s, double density) {
+  return encoder_layer_terms_of(c, b, s, density);
+}
+DYNAPIPE_ALSO_AVX2 LayerTerms decoder_layer_terms(const LayerCoefficients& c, double b, double se, double sd,
+                                                  double self_density, double cross_density) {
+  return decoder_layer_terms_of(c, b, se, sd, self_density, cross_density);
+}
+DYNAPIPE_ALSO_AVX2 LayerCost embedding_cost(const LayerCoefficients& c, double n) { return embedding_cost_of(c, n); }
+DYNAPIPE_ALSO_AVX2 LayerCost head_cost(const LayerCoefficients& c, double n) { return head_cost_of(c, n); }
+
 }  // namespace detail
 
 namespace {
 
+// Four micro-batches' costs side by side (GCC's vector extension: one AVX2 register, or two
+// SSE2 halves in the baseline build).
+using Lanes = double __attribute__((vector_size(4 * sizeof(double))));
+constexpr std::size_t kLanes = 4;
+
+using detail::BasicLayerCost;
 using detail::decoder_layer_terms;
 using detail::embedding_cost;
 using detail::encoder_layer_terms;
@@ -287,6 +337,33 @@ class AnalyticCostModel final : public CostModel {
     }
     resolved_modes(shape, density, modes, times, bytes);
   }
+
+  // bottleneck_ms_and_bytes_modes() four micro-batches at a time (resolved_lanes()), the
+  // rest one by one; lanes need tokens in every micro-batch (the formulas' guard).
+  void bottleneck_ms_and_bytes_many(std::span<const MicroBatchShape> shapes,
+                                    std::span<const AttentionDensity> densities,
+                                    std::span<const Recompute> modes, std::span<StageCost> scratch,
+                                    std::span<double> times, std::span<std::int64_t> bytes) const override {
+    const std::size_t p = stages_.size(), k = modes.size();
+    if (options_.tp > 1 || modes.empty() || densities.size() != shapes.size() ||
+        times.size() != k * shapes.size() || bytes.size() != 2 * p * k * shapes.size()) {
+      CostModel::bottleneck_ms_and_bytes_many(shapes, densities, modes, scratch, times, bytes);
+      return;
+    }
+    std::size_t j = 0;
+    for (; j + kLanes <= shapes.size(); j += kLanes) {
+      const bool tokens = std::all_of(shapes.begin() + j, shapes.begin() + j + kLanes, [&](const MicroBatchShape& s) {
+        return s.batch > 0 && s.seqlen > 0 && (model_.kind != ModelKind::T5 || s.dec_seqlen > 0);
+      });
+      if (!tokens) break;
+      resolved_lanes(shapes.subspan(j, kLanes), densities.subspan(j, kLanes), modes,
+                     times.subspan(k * j, k * kLanes), bytes.subspan(2 * p * k * j, 2 * p * k * kLanes));
+    }
+    for (; j < shapes.size(); ++j) {
+      resolved_modes(shapes[j], densities[j], modes, times.subspan(k * j, k), bytes.subspan(2 * p * k * j, 2 * p * k));
+    }
+  }
+  int costing_lanes() const override { return options_.tp > 1 ? 1 : static_cast<int>(kLanes); }
 
   // Probed once per mode by the constructor (probe_affine_time_bound()).
   std::optional<AffineTimeBound> affine_time_bound(Recompute recompute) const override {
@@ -415,15 +492,18 @@ class AnalyticCostModel final : public CostModel {
 
   // LayerCosts' values for one mode, computed beforehand (bottleneck_ms_and_bytes_modes()):
   // stage_total() reads them as it reads LayerCosts.
+  // V: double, or Lanes (resolved_lanes()).
+  template <typename V>
   struct ResolvedLayers {
+    ResolvedLayers(const V& b_, const V& se_, const V& sd_) : b(b_), se(se_), sd(sd_) {}
     explicit ResolvedLayers(const LayerCosts& layers) : b(layers.b), se(layers.se), sd(layers.sd) {}
-    const double b, se, sd;
-    LayerCost embedding_cost, encoder_cost, dec_embedding_cost, decoder_cost, head_cost;
-    const LayerCost& embedding() const { return embedding_cost; }
-    const LayerCost& encoder() const { return encoder_cost; }
-    const LayerCost& dec_embedding() const { return dec_embedding_cost; }
-    const LayerCost& decoder() const { return decoder_cost; }
-    const LayerCost& head() const { return head_cost; }
+    const V b, se, sd;
+    BasicLayerCost<V> embedding_cost, encoder_cost, dec_embedding_cost, decoder_cost, head_cost;
+    const BasicLayerCost<V>& embedding() const { return embedding_cost; }
+    const BasicLayerCost<V>& encoder() const { return encoder_cost; }
+    const BasicLayerCost<V>& dec_embedding() const { return dec_embedding_cost; }
+    const BasicLayerCost<V>& decoder() const { return decoder_cost; }
+    const BasicLayerCost<V>& head() const { return head_cost; }
   };
 
   // bottleneck_ms_and_bytes_modes() for tp = 1: the segment scans' costing, built for AVX2
@@ -437,7 +517,7 @@ class AnalyticCostModel final : public CostModel {
     // same way, without its checks in every stage's sum (the segment scans' costing was
     // mostly that: ~1,000 of ~1,300 instructions per segment, GPT-6.7B pp 4 short256).
     LayerCosts layers(*this, shape, density, modes.front());
-    ResolvedLayers resolved(layers);
+    ResolvedLayers<double> resolved(layers);
     if (has_kind_.embedding) resolved.embedding_cost = layers.embedding();
     if (has_kind_.dec_embedding) resolved.dec_embedding_cost = layers.dec_embedding();
     if (has_kind_.head) resolved.head_cost = layers.head();
@@ -447,6 +527,65 @@ class AnalyticCostModel final : public CostModel {
       resolved.encoder_cost = encoder.in(modes[k]);
       resolved.decoder_cost = decoder.in(modes[k]);
       times[k] = bottleneck_of(resolved, bytes.subspan(2 * p * k, 2 * p));
+    }
+  }
+
+  // resolved_modes() for kLanes micro-batches at once, one per vector lane: the same
+  // values as kLanes calls (the same formulas in the same order; no FMA in either build,
+  // core/cpu_dispatch.h). REQUIRES: tokens in every micro-batch (and decoder tokens, T5).
+  DYNAPIPE_ALSO_AVX2 void resolved_lanes(std::span<const MicroBatchShape> shapes,
+                                         std::span<const AttentionDensity> densities,
+                                         std::span<const Recompute> modes, std::span<double> times,
+                                         std::span<std::int64_t> bytes) const {
+    const std::size_t p = stages_.size(), k = modes.size();
+    const bool t5 = model_.kind == ModelKind::T5;
+    Lanes b, se, sd, enc_density, dec_density, cross_density;
+    for (std::size_t j = 0; j < kLanes; ++j) {  // as LayerCosts reads one shape
+      const MicroBatchShape& shape = shapes[j];
+      b[j] = static_cast<double>(shape.batch);
+      se[j] = static_cast<double>(round_up(shape.seqlen, options_.seqlen_multiple));
+      sd[j] = t5 ? static_cast<double>(round_up(shape.dec_seqlen, options_.seqlen_multiple)) : 0.0;
+      enc_density[j] = densities[j].enc;
+      dec_density[j] = densities[j].dec;
+      cross_density[j] = has_kind_.decoder ? std::sqrt(densities[j].enc * densities[j].dec) : 0.0;
+    }
+    ResolvedLayers<Lanes> resolved(b, se, sd);
+    if (has_kind_.embedding) resolved.embedding_cost = detail::embedding_cost_of<Lanes>(c_, b * se);
+    if (has_kind_.dec_embedding) resolved.dec_embedding_cost = detail::embedding_cost_of<Lanes>(c_, b * sd);
+    if (has_kind_.head) resolved.head_cost = detail::head_cost_of<Lanes>(c_, b * (t5 ? sd : se));
+    const detail::BasicLayerTerms<Lanes> encoder =
+        has_kind_.encoder ? detail::encoder_layer_terms_of<Lanes>(c_, b, se, enc_density)
+                          : detail::BasicLayerTerms<Lanes>{};
+    const detail::BasicLayerTerms<Lanes> decoder =
+        has_kind_.decoder ? detail::decoder_layer_terms_of<Lanes>(c_, b, se, sd, dec_density, cross_density)
+                          : detail::BasicLayerTerms<Lanes>{};
+    for (std::size_t m = 0; m < k; ++m) {
+      resolved.encoder_cost = encoder.in(modes[m]);
+      resolved.decoder_cost = decoder.in(modes[m]);
+      Lanes time_ms{};
+      for (std::size_t s = 0; s < p; ++s) {  // bottleneck_of(), lane by lane
+        if (same_as_[s] != s) continue;
+        const BasicLayerCost<Lanes> total = stage_total(stages_[s], resolved);
+        const Lanes stage_ms = total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms);
+        time_ms = time_ms < stage_ms ? stage_ms : time_ms;
+        const bool decoder_rows = stages_[s].has_decoder() || stages_[s].has_dec_embedding;
+        for (std::size_t j = 0; j < kLanes; ++j) {
+          std::int64_t* out = bytes.data() + 2 * p * (k * j + m);
+          const double rows = decoder_rows ? se[j] + sd[j] : se[j];  // output_bytes()
+          const std::int64_t output =
+              stages_[s].has_head ? 0 : static_cast<std::int64_t>(c_.e * b[j] * rows * c_.h);
+          out[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes[j])) + output;
+          out[p + s] = static_cast<std::int64_t>(std::ceil(total.peak_bytes[j]));
+        }
+      }
+      for (std::size_t j = 0; j < kLanes; ++j) {
+        std::int64_t* out = bytes.data() + 2 * p * (k * j + m);
+        for (std::size_t s = 0; s < p; ++s) {
+          out[s] = out[same_as_[s]];
+          out[p + s] = out[p + same_as_[s]];
+        }
+        times[k * j + m] = time_ms[j];
+      }
     }
   }
 
@@ -475,8 +614,9 @@ class AnalyticCostModel final : public CostModel {
   // The stage's layers summed (before tensor-parallel communication): times and stored
   // bytes added up, peak the largest piece's.
   template <typename Layers>
-  static LayerCost stage_total(const StageLayers& s, Layers& layers) {
-    LayerCost total;
+  static std::decay_t<decltype(std::declval<Layers&>().embedding())> stage_total(
+      const StageLayers& s, Layers& layers) {
+    std::decay_t<decltype(layers.embedding())> total;
     if (s.has_embedding) total.add(layers.embedding(), 1);
     // The encoder output (the K/V input of every decoder layer) is one tensor the decoder
     // layers share; it is not counted (its K and V projections are, per layer).

@@ -80,6 +80,23 @@ void CostModel::bottleneck_ms_and_bytes_modes(const MicroBatchShape& shape,
   }
 }
 
+void CostModel::bottleneck_ms_and_bytes_many(std::span<const MicroBatchShape> shapes,
+                                             std::span<const AttentionDensity> densities,
+                                             std::span<const Recompute> modes,
+                                             std::span<StageCost> scratch, std::span<double> times,
+                                             std::span<std::int64_t> bytes) const {
+  const std::size_t p = static_cast<std::size_t>(num_stages()), k = modes.size();
+  DYNAPIPE_CHECK(densities.size() == shapes.size() && times.size() == k * shapes.size() &&
+                     bytes.size() == 2 * p * k * shapes.size(),
+                 cat("bottleneck_ms_and_bytes_many: ", shapes.size(), " shapes, ", densities.size(),
+                     " densities, ", times.size(), " times and ", bytes.size(), " byte slots for ", k,
+                     " modes of ", p, " stages"));
+  for (std::size_t j = 0; j < shapes.size(); ++j) {
+    bottleneck_ms_and_bytes_modes(shapes[j], densities[j], modes, scratch, times.subspan(k * j, k),
+                                  bytes.subspan(2 * p * k * j, 2 * p * k));
+  }
+}
+
 std::optional<AffineTimeBound> CostModel::affine_time_bound(Recompute) const {
   return std::nullopt;
 }

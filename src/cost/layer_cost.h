@@ -24,37 +24,42 @@ struct LayerCoefficients {
 };
 
 // One layer's (or embedding's, or head's) cost. Memory in bytes, as double until the
-// stage total is rounded.
-struct LayerCost {
-  double fwd_ms = 0;
-  double bwd_input_ms = 0;   // includes recomputation
-  double bwd_weight_ms = 0;
-  double stored_bytes = 0;
-  double peak_bytes = 0;     // transient on top of stored
+// stage total is rounded. V is double, or a vector of doubles (GCC's vector extension)
+// that holds several micro-batches' costs in its lanes, computed by the same source.
+template <typename V>
+struct BasicLayerCost {
+  V fwd_ms{};
+  V bwd_input_ms{};   // includes recomputation
+  V bwd_weight_ms{};
+  V stored_bytes{};
+  V peak_bytes{};     // transient on top of stored
   // Adds `count` layers: times and stored add up, the transient is the max. Inline:
   // the batching's segment scans cost every stage of ~10^5 shapes per plan.
-  void add(const LayerCost& other, int count) {
-    fwd_ms += count * other.fwd_ms;
-    bwd_input_ms += count * other.bwd_input_ms;
-    bwd_weight_ms += count * other.bwd_weight_ms;
-    stored_bytes += count * other.stored_bytes;
+  void add(const BasicLayerCost& other, int count) {
+    const double n = count;
+    fwd_ms += n * other.fwd_ms;
+    bwd_input_ms += n * other.bwd_input_ms;
+    bwd_weight_ms += n * other.bwd_weight_ms;
+    stored_bytes += n * other.stored_bytes;
     peak_bytes = peak_bytes < other.peak_bytes ? other.peak_bytes : peak_bytes;  // std::max
   }
 };
+using LayerCost = BasicLayerCost<double>;
 
 // A transformer layer's cost under every recompute mode: the modes share every term but
 // what is kept and what backward recomputes, so one evaluation serves all three (the
 // varlen scans cost none and selective of a segment together).
-struct LayerTerms {
-  LayerCost common;             // times without recomputation; memory left to in()
-  double stored_none = 0;       // every activation kept
-  double working = 0;           // backward's transient peak
-  double score_bytes = 0;       // what the attention scores keep
-  double selective_bwd_ms = 0;  // recomputing the attention core in backward
-  double full_stored = 0;       // only the layer's input kept
+template <typename V>
+struct BasicLayerTerms {
+  BasicLayerCost<V> common;   // times without recomputation; memory left to in()
+  V stored_none{};            // every activation kept
+  V working{};                // backward's transient peak
+  V score_bytes{};            // what the attention scores keep
+  V selective_bwd_ms{};       // recomputing the attention core in backward
+  V full_stored{};            // only the layer's input kept
   // The layer's cost under `mode`.
-  LayerCost in(Recompute mode) const {
-    LayerCost cost = common;
+  BasicLayerCost<V> in(Recompute mode) const {
+    BasicLayerCost<V> cost = common;
     switch (mode) {
       case Recompute::None:
         cost.stored_bytes = stored_none;
@@ -74,6 +79,7 @@ struct LayerTerms {
     return cost;
   }
 };
+using LayerTerms = BasicLayerTerms<double>;
 // One GPT layer or T5 encoder layer over `batch` rows of `seqlen` tokens.
 LayerTerms encoder_layer_terms(const LayerCoefficients& c, double batch, double seqlen, double density);
 // One T5 decoder layer: causal self-attention over dec_seqlen, cross-attention, MLP.

@@ -143,6 +143,56 @@ TEST(AnalyticCostModelTest, BottleneckForSeveralModesEqualsOneModeAtATimeExactly
   }
 }
 
+// bottleneck_ms_and_bytes_many() costs four micro-batches at a time in vector lanes (the
+// layer formulas instantiated for them, which the varlen scans' costing runs on); each
+// micro-batch's time and bytes must equal the one-at-a-time call bit for bit: on the
+// presets with their own terms (cpu: the LibTorch runtime's memory; h100: fused
+// attention), whole groups of four and a remainder, micro-batches without attention among
+// them, and T5 ones without decoder tokens (costed alone: lanes need tokens), on the shared
+// path (tp 1) and the general one (tp > 1).
+TEST(AnalyticCostModelTest, BottleneckForManyMicroBatchesEqualsOneAtATimeExactly) {
+  const std::vector<std::vector<Recompute>> mode_sets{{Recompute::None, Recompute::Selective},
+                                                      {Recompute::Full}};
+  Rng rng(13);
+  for (const std::string device : {"a100-40g", "h100-80g", "cpu"}) {
+    for (const PaperModelCase& c : paper_model_cases()) {
+      auto m = make_cost_model("analytic:" + device, load_model_spec(c.model), c.options);
+      const bool t5 = c.model == "t5-11b";
+      const std::size_t p = static_cast<std::size_t>(m->num_stages());
+      std::vector<StageCost> scratch(p);
+      for (int trial = 0; trial < 12; ++trial) {
+        const std::size_t count = static_cast<std::size_t>(1 + rng.uniform_int(0, 10));
+        std::vector<MicroBatchShape> shapes;
+        std::vector<AttentionDensity> densities;
+        for (std::size_t j = 0; j < count; ++j) {
+          auto [shape, density] = random_microbatch(rng, t5, 2);
+          if (trial % 4 == 1 && j == count / 2) density = {.enc = 0, .dec = 0};
+          if (t5 && trial % 4 == 2 && j == count / 2) shape.dec_seqlen = 0;
+          shapes.push_back(shape);
+          densities.push_back(density);
+        }
+        for (const std::vector<Recompute>& modes : mode_sets) {
+          const std::size_t k = modes.size();
+          std::vector<double> times(k * count), one_times(k);
+          std::vector<std::int64_t> bytes(2 * p * k * count), one_bytes(2 * p * k);
+          m->bottleneck_ms_and_bytes_many(shapes, densities, modes, scratch, times, bytes);
+          for (std::size_t j = 0; j < count; ++j) {
+            m->bottleneck_ms_and_bytes_modes(shapes[j], densities[j], modes, scratch, one_times, one_bytes);
+            for (std::size_t i = 0; i < k; ++i) {
+              ASSERT_EQ(times[k * j + i], one_times[i])
+                  << device << " " << c.model << " tp " << c.options.tp << " micro-batch " << j << " of " << count;
+            }
+            for (std::size_t i = 0; i < 2 * p * k; ++i) {
+              ASSERT_EQ(bytes[2 * p * k * j + i], one_bytes[i])
+                  << device << " " << c.model << " micro-batch " << j << " slot " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // affine_time_bound(): every stage's time is at least enc·tokens + dec·dec_tokens +
 // fixed + enc_sq·S_enc + dec_sq·S_dec for any micro-batch (rows, unrounded lengths,
 // attention, mode, tensor parallelism), S the attention the model charges it (density ·

@@ -122,6 +122,19 @@ class CostModel {
                                              std::span<StageCost> scratch,
                                              std::span<double> times,
                                              std::span<std::int64_t> bytes) const;
+  // bottleneck_ms_and_bytes_modes() for several micro-batches: micro-batch j's results
+  // for modes[k] are times[K·j + k] and bytes[2p·(K·j + k), 2p·(K·j + k + 1)) (K modes),
+  // equal to one call per micro-batch, which the default makes. The analytic model costs
+  // costing_lanes() micro-batches at a time in vector lanes.
+  virtual void bottleneck_ms_and_bytes_many(std::span<const MicroBatchShape> shapes,
+                                            std::span<const AttentionDensity> densities,
+                                            std::span<const Recompute> modes,
+                                            std::span<StageCost> scratch, std::span<double> times,
+                                            std::span<std::int64_t> bytes) const;
+  // How many micro-batches bottleneck_ms_and_bytes_many() costs for about the price of
+  // one: a varlen scan costs that many segments of a row ahead. 1 (the default): none
+  // shared, so a scan costs only the segments it reads.
+  virtual int costing_lanes() const { return 1; }
   // The model's AffineTimeBound under `recompute`; nullopt (the default): none known.
   virtual std::optional<AffineTimeBound> affine_time_bound(Recompute recompute) const;
   // Whether one varlen micro-batch of two micro-batches' samples never takes longer than
