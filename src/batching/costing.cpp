@@ -62,18 +62,6 @@ double ShapeCosts::evaluate_stages(const MicroBatchShape& shape, const Attention
   return time_ms;
 }
 
-void ShapeCosts::evaluate_stages_modes(const MicroBatchShape& shape,
-                                       const AttentionDensity& density,
-                                       std::span<const Recompute> modes, std::span<double> times,
-                                       std::span<std::int64_t> bytes) const {
-  ++evaluations_;
-  cost_model_.bottleneck_ms_and_bytes_modes(shape, density, modes, stage_scratch_, times, bytes);
-  for (double t : times) {
-    DYNAPIPE_CHECK(!std::isnan(t), cat("cost model returned NaN time for shape ", shape.batch,
-                                       "x", shape.seqlen, "+", shape.dec_seqlen));
-  }
-}
-
 void ShapeCosts::evaluate_stages_many(std::span<const MicroBatchShape> shapes,
                                       std::span<const AttentionDensity> densities,
                                       std::span<const Recompute> modes, std::span<double> times,

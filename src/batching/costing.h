@@ -71,13 +71,10 @@ class ShapeCosts {
   // memory rule.
   double evaluate_stages(const MicroBatchShape& shape, const AttentionDensity& density,
                          std::span<std::int64_t> bytes) const;
-  // evaluate_stages() under each of `modes` (this object's own mode need not be among
-  // them): times[k] and bytes[2p·k, 2p·(k + 1)) for modes[k], one cost-model call.
-  void evaluate_stages_modes(const MicroBatchShape& shape, const AttentionDensity& density,
-                             std::span<const Recompute> modes, std::span<double> times,
-                             std::span<std::int64_t> bytes) const;
-  // evaluate_stages_modes() for several shapes (CostModel::bottleneck_ms_and_bytes_many()):
-  // shape j's results for modes[k] are times[K·j + k] and bytes[2p·(K·j + k), ...).
+  // evaluate_stages() for several shapes, each under each of `modes` (this object's own
+  // mode need not be among them), in one cost-model call
+  // (CostModel::bottleneck_ms_and_bytes_many()): shape j's results for modes[k] are
+  // times[K·j + k] and bytes[2p·(K·j + k), 2p·(K·j + k + 1)).
   void evaluate_stages_many(std::span<const MicroBatchShape> shapes,
                             std::span<const AttentionDensity> densities,
                             std::span<const Recompute> modes, std::span<double> times,

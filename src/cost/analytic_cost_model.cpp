@@ -12,14 +12,15 @@
 
 #include "cost/layer_cost.h"
 
-// Lanes (vectors of four doubles) pass between this file's functions, which are internal
-// and inlined into their callers: GCC's note that such arguments change the ABI where AVX
-// is off (the baseline build) concerns calls across translation units only.
-#pragma GCC diagnostic ignored "-Wpsabi"
 #include "dynapipe/core/cpu_dispatch.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/cost_model.h"
+
+// Lanes (vectors of four doubles) pass between this file's functions, which are internal
+// and inlined into their callers: GCC's note that such arguments change the ABI where AVX
+// is off (the baseline build) concerns calls across translation units only.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace dynapipe {
 namespace detail {
@@ -568,13 +569,10 @@ class AnalyticCostModel final : public CostModel {
         const BasicLayerCost<Lanes> total = stage_total(stages_[s], resolved);
         const Lanes stage_ms = total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms);
         time_ms = time_ms < stage_ms ? stage_ms : time_ms;
-        const bool decoder_rows = stages_[s].has_decoder() || stages_[s].has_dec_embedding;
         for (std::size_t j = 0; j < kLanes; ++j) {
           std::int64_t* out = bytes.data() + 2 * p * (k * j + m);
-          const double rows = decoder_rows ? se[j] + sd[j] : se[j];  // output_bytes()
-          const std::int64_t output =
-              stages_[s].has_head ? 0 : static_cast<std::int64_t>(c_.e * b[j] * rows * c_.h);
-          out[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes[j])) + output;
+          out[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes[j])) +
+                   output_bytes(stages_[s], b[j], se[j], sd[j]);
           out[p + s] = static_cast<std::int64_t>(std::ceil(total.peak_bytes[j]));
         }
       }
@@ -654,9 +652,14 @@ class AnalyticCostModel final : public CostModel {
   // travels with the decoder hidden state once the decoder began.
   template <typename Layers>
   std::int64_t output_bytes(const StageLayers& s, const Layers& layers) const {
+    return output_bytes(s, layers.b, layers.se, layers.sd);
+  }
+  // The same for b rows of se encoder and sd decoder tokens (rounded), as resolved_lanes()
+  // reads them from a lane.
+  std::int64_t output_bytes(const StageLayers& s, double b, double se, double sd) const {
     if (s.has_head) return 0;
-    const double rows = s.has_decoder() || s.has_dec_embedding ? layers.se + layers.sd : layers.se;
-    return static_cast<std::int64_t>(c_.e * layers.b * rows * c_.h);
+    const double rows = s.has_decoder() || s.has_dec_embedding ? se + sd : se;
+    return static_cast<std::int64_t>(c_.e * b * rows * c_.h);
   }
 
   // The per-device shape of one tensor-parallel shard: heads, ffn and vocab split tp ways.
