@@ -31,6 +31,10 @@ grep -q '"seqlen":96' "$work/grid.json"
 "$binary" plan --samples "$samples" --model gpt-tiny --cost-model "$work/grid.json" --max-seqlen 96 \
   --global-batch-tokens 512 --out "$work/grid.plan.json" --no-compare >/dev/null 2>"$work/plan.err"
 if grep -q "warning" "$work/plan.err"; then cat "$work/plan.err"; exit 1; fi
+# T5's default decoder lengths double from 8 (short targets are priced inside the grid).
+"$binary" profile --model t5-tiny --out "$work/t5grid.json" --max-seqlen 64 --max-target-len 32 \
+  --seqlens 32,64 --batch-sizes 1,2 --warmup 0 --repeats 1 --no-progress
+for d in 8 16 32; do grep -q "\"dec_seqlen\":$d[,}]" "$work/t5grid.json"; done
 # Whole stages (--stages) at pp 2: a profile train plans with, no refinement.
 "$binary" profile --stages --pp 2 --model gpt-tiny --out "$work/stages.json" --seqlens 16,32,64 \
   --max-tokens 128 --warmup 0 --repeats 1 --no-progress

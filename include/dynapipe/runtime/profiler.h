@@ -61,7 +61,7 @@ Profile measure_profile(const ModelSpec& spec, const ProfilerOptions& options);
 struct StageProfilerOptions {
   int pp = 1;                        // stages run together, as train --pp. >= 1, <= layers
   std::vector<std::int64_t> seqlens{64, 128, 256, 512, 1024, 2048};  // GPT; T5: encoder
-  std::vector<std::int64_t> dec_seqlens{32, 64, 128, 256, 512, 1024, 2048};  // T5 only
+  std::vector<std::int64_t> dec_seqlens{8, 16, 32, 64, 128, 256, 512, 1024, 2048};  // T5 only
   // Tokens per measured micro-batch at most (b * (seqlen + dec_seqlen)); each length is
   // measured at 1, 4, 16, ... rows and the most rows that fit (at least one). >= 1
   std::int64_t max_tokens = 4096;

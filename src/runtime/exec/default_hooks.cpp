@@ -165,6 +165,19 @@ void check_training_inputs(const TrainOptions& options) {
   load_training_data(options.plan, options.samples.get());
 }
 
+AttentionMode trained_attention_mode(Strategy strategy, const MicroBatch& mb) {
+  const AttentionMode mode = attention_mode(strategy);
+  // A dense micro-batch of a varlen plan (no density: dynapipe-padded's cut ranked as it
+  // runs) runs padded attention, as it was priced; but a lone sample (one dense row, as
+  // measured profiles price it) runs as one varlen span: the same attention, without the
+  // s x s masks the padded path builds and applies, which cost this CPU runtime more than
+  // the stage profiles measure (t5-tiny pp 2 on its whole-stage profile: dynapipe's plans,
+  // the same cuts as packing-varlen's but for lone samples dense, ran 0.91x its speed).
+  const bool lone_sample = mb.sample_ids.size() == 1;
+  return mode == AttentionMode::Varlen && mb.density == AttentionDensity{} && !lone_sample ? AttentionMode::Padded
+                                                                                          : mode;
+}
+
 std::shared_ptr<const TokenSource> make_dataset_token_source(std::shared_ptr<const Dataset> dataset) {
   return std::make_shared<DatasetTokenSource>(std::move(dataset));
 }
@@ -222,20 +235,10 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank) {
     return make_stage_model(model, layers.at(stage), model_options);
   };
   auto source = make_dataset_token_source(dataset);
-  const AttentionMode mode = attention_mode(config.strategy);
+  const Strategy strategy = config.strategy;
   const ModelKind kind = config.model.kind;
-  hooks.collate = [source, mode, kind](const MicroBatch& mb) {
-    // A dense micro-batch of a varlen plan (no density: dynapipe-padded's cut ranked as it
-    // runs) runs padded attention, as it was priced; but a lone sample (one dense row, as
-    // measured profiles price it) runs as one varlen span: the same attention, without the
-    // s x s masks the padded path builds and applies, which cost this CPU runtime more than
-    // the stage profiles measure (t5-tiny pp 2 on its whole-stage profile: dynapipe's plans,
-    // the same cuts as packing-varlen's but for lone samples dense, ran 0.91x its speed).
-    const bool lone_sample = mb.sample_ids.size() == 1;
-    const AttentionMode runs = mode == AttentionMode::Varlen && mb.density == AttentionDensity{} && !lone_sample
-                                   ? AttentionMode::Padded
-                                   : mode;
-    return collate(mb, *source, kind, runs, /*loss_scale: set by the executor*/ 1.0);
+  hooks.collate = [source, strategy, kind](const MicroBatch& mb) {
+    return collate(mb, *source, kind, trained_attention_mode(strategy, mb), /*loss_scale: set by the executor*/ 1.0);
   };
   return hooks;
 }

@@ -79,4 +79,9 @@ TrainHooks make_default_hooks(const TrainOptions& options, int rank);
 // data module's deterministic pattern for lengths-only ones. (default_hooks.cpp)
 std::shared_ptr<const TokenSource> make_dataset_token_source(std::shared_ptr<const Dataset> dataset);
 
+// The attention `mb` of a `strategy` plan trains with: its strategy's (varlen, packed or
+// padded), except a dense micro-batch of a varlen plan, which runs padded, and a lone
+// sample, which runs varlen. (default_hooks.cpp)
+AttentionMode trained_attention_mode(Strategy strategy, const MicroBatch& mb);
+
 }  // namespace dynapipe::runtime
