@@ -1,7 +1,8 @@
 // Each planned micro-batch timed on this machine against the plan's estimate: reads plan
 // files (`dynapipe plan --out`), builds the stages as `train` does, and runs every
 // micro-batch of the first iterations through them -- all stages at once, one thread each,
-// as pipelined ranks run -- forward and backward, the median of a few rounds. One line per
+// as pipelined ranks run (the whole-stage profiler's StageRunner) -- forward and backward,
+// medians of a few rounds. One line per
 // micro-batch (rows, tokens, samples, estimated and measured F+B per stage), and per plan
 // the measured ÷ estimated ratio of the sums: where two strategies' plans are priced alike
 // but run unlike, this says which micro-batches differ.
@@ -10,23 +11,16 @@
 //       --samples assets/flan_like_mix.jsonl.gz --max-seqlen 2048 --global-batch-tokens 16384 --iterations 4 --out dyn.json
 //   build/bench/microbatch_time_torch_bench assets/flan_like_mix.jsonl.gz 4 3 dyn.json pv.json
 //
-// Arguments: samples file, iterations (from the first), rounds per micro-batch (the median
-// is kept; one warm-up round more), plan files. Within each iteration the plans take
+// Arguments: samples file, iterations (from the first), rounds per micro-batch (medians of
+// forward and of backward are kept; one warm-up round more), plan files. Within each iteration the plans take
 // turns, so the machine's drift hits every plan alike.
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
-#include <torch/csrc/autograd/autograd.h>
-
 #include <algorithm>
-#include <barrier>
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "dynapipe/core/error.h"
@@ -34,65 +28,14 @@
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/plan/execution_plan.h"
 #include "dynapipe/plan/plan_json.h"
+#include "dynapipe/planner/planner.h"
 #include "runtime/exec/host_allocator.h"
 #include "runtime/exec/trainer.h"
 #include "runtime/model/collate.h"
-#include "runtime/model/model.h"
+#include "runtime/profile/stage_runner.h"
 
 namespace dynapipe::runtime {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-// F+B of `mb` on every stage at once, `rounds` timed after one warm-up; per stage medians.
-std::vector<double> time_microbatch(const PlanConfig& config, const std::vector<std::shared_ptr<StageModel>>& stages,
-                                    const MicroBatch& mb, const TokenSource& source, Recompute mode, int rounds) {
-  const std::size_t n = stages.size();
-  const MicroBatchTensors batch = collate(mb, source, config.model.kind, trained_attention_mode(config.strategy, mb), 1e-4);
-  std::barrier sync(static_cast<std::ptrdiff_t>(n));
-  std::vector<std::vector<double>> ms(n);
-  auto body = [&](std::size_t i) {
-    at::set_num_threads(1);
-    StageModel& stage = *stages[i];
-    stage.set_recompute(mode);
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(7 + i);
-    at::Tensor input;
-    if (i > 0) {
-      const std::vector<std::int64_t> shape = stage_output_shape(config.model, config.stage_layers[i - 1], mb.shape);
-      input = at::randn(shape, gen).requires_grad_(true);
-    }
-    at::Tensor grad;
-    for (int r = 0; r <= rounds; ++r) {
-      sync.arrive_and_wait();
-      const auto start = Clock::now();
-      StageOutput out = stage.forward(input, batch);
-      const bool last = out.loss.defined();
-      at::Tensor y = last ? out.loss : out.hidden;
-      if (!last && !grad.defined()) grad = at::randn(y.sizes(), gen);
-      if (last) {
-        torch::autograd::backward({y});
-      } else {
-        torch::autograd::backward({y}, {grad});
-      }
-      if (r > 0) ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-      if (input.defined()) input.mutable_grad().reset();
-      stage.zero_grad();
-    }
-  };
-  {
-    std::vector<std::jthread> workers;
-    for (std::size_t i = 0; i < n; ++i) workers.emplace_back(body, i);
-  }
-  std::vector<double> out;
-  for (auto& v : ms) out.push_back(median(v));
-  return out;
-}
 
 int run(int argc, char** argv) {
   if (argc < 5) {
@@ -113,16 +56,26 @@ int run(int argc, char** argv) {
       plans.back().config.stage_layers = assign_layers_uniform(plans.back().config.model, plans.back().config.pp);
     }
   }
-  TruncationLimits limits;
-  limits.max_seqlen = plans[0].config.max_seqlen;
+  // The samples truncated as the plans were (train's limits).
+  const TruncationLimits limits = truncation_limits(plans[0].config);
+  auto bounds = [](const TruncationLimits& l) {
+    return std::tuple{l.kind, l.max_seqlen, l.effective_max_target_len()};
+  };
+  for (const ExecutionPlan& p : plans) {
+    if (bounds(truncation_limits(p.config)) != bounds(limits)) {
+      throw Error(ErrorKind::InvalidArgument,
+                  "the plan files truncate samples differently (their model, --max-seqlen or --max-target-len)");
+    }
+  }
   const auto data = std::make_shared<const Dataset>(Dataset::load(argv[1], limits));
   const std::shared_ptr<const TokenSource> tokens = make_dataset_token_source(data);
   const TokenSource& source = *tokens;
-  std::vector<std::vector<std::shared_ptr<StageModel>>> models;
+  // Each plan's stages as train builds them, run together as the whole-stage profiler runs
+  // them (one thread each, AdamW between rounds).
+  std::vector<std::unique_ptr<profile::StageRunner>> runners;
   for (const ExecutionPlan& p : plans) {
-    std::vector<std::shared_ptr<StageModel>> stages;
-    for (const StageLayers& l : p.config.stage_layers) stages.push_back(make_stage_model(p.config.model, l, {}));
-    models.push_back(std::move(stages));
+    runners.push_back(std::make_unique<profile::StageRunner>(p.config.model, p.config.stage_layers, /*seed=*/0,
+                                                             /*threads=*/1));
   }
   std::vector<double> est_sum(plans.size()), measured_sum(plans.size());
   std::printf("plan iter mb rows seqlen dec tokens samples density est_ms[stage] measured_ms[stage] ratio\n");
@@ -133,8 +86,12 @@ int run(int argc, char** argv) {
       for (std::size_t k = 0; k < replica.microbatches.size(); ++k) {
         const MicroBatch& mb = replica.microbatches[k];
         const MicroBatchEstimate& est = replica.estimates[k];
-        const std::vector<double> measured =
-            time_microbatch(plans[p].config, models[p], mb, source, recompute_of(mb, replica.recompute), rounds);
+        const MicroBatchTensors batch = collate(mb, source, plans[p].config.model.kind,
+                                                trained_attention_mode(plans[p].config.strategy, mb), 1e-4);
+        const profile::StageRoundTimes t =
+            runners[p]->run(batch, mb.shape, recompute_of(mb, replica.recompute), /*warmup=*/1, rounds);
+        std::vector<double> measured;
+        for (std::size_t s = 0; s < t.fwd_ms.size(); ++s) measured.push_back(t.fwd_ms[s] + t.bwd_ms[s]);
         std::string est_text, measured_text;
         double est_max = 0, measured_max = 0;
         for (std::size_t s = 0; s < measured.size(); ++s) {

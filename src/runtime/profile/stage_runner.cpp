@@ -9,6 +9,7 @@
 #include <barrier>
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include "dynapipe/core/error.h"
@@ -39,8 +40,7 @@ double median(std::vector<double> v) {
 struct StageRunner::Stage {
   std::shared_ptr<StageModel> model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  bool receives = false;          // not the first stage: a random received activation
-  bool receives_decoder = false;  // T5: the previous stage sends [b, E + D, h]
+  std::optional<StageLayers> previous;  // the stage it receives a random activation from
 };
 
 StageRunner::StageRunner(const ModelSpec& spec, const std::vector<StageLayers>& stages,
@@ -52,8 +52,7 @@ StageRunner::StageRunner(const ModelSpec& spec, const std::vector<StageLayers>& 
     std::vector<torch::Tensor> params;
     for (auto& p : stage->model->parameters()) params.push_back(p);
     stage->optimizer = make_adamw(params, TrainerOptions{});
-    stage->receives = i > 0;
-    stage->receives_decoder = i > 0 && stages[i - 1].has_decoder();
+    if (i > 0) stage->previous = stages[i - 1];
     stages_.push_back(std::move(stage));
   }
 }
@@ -78,7 +77,17 @@ StageRoundTimes StageRunner::run(const Shape& shape, Recompute mode, int warmup,
   mb.shape = {.batch = b, .seqlen = s, .dec_seqlen = d};
   const SyntheticTokenSource source(samples, spec_.vocab, /*seed=*/1);
   const double loss_scale = 1.0 / static_cast<double>(std::max<std::int64_t>(1, target_tokens));
+  return run_rounds([&] { return collate(mb, source, spec_.kind, AttentionMode::Varlen, loss_scale); }, mb.shape,
+                    mode, warmup, repeats);
+}
 
+StageRoundTimes StageRunner::run(const MicroBatchTensors& batch, const MicroBatchShape& shape, Recompute mode,
+                                 int warmup, int repeats) {
+  return run_rounds([&] { return batch; }, shape, mode, warmup, repeats);
+}
+
+StageRoundTimes StageRunner::run_rounds(const std::function<MicroBatchTensors()>& batch_of_round,
+                                        const MicroBatchShape& shape, Recompute mode, int warmup, int repeats) {
   const std::size_t n = stages_.size();
   std::barrier sync(static_cast<std::ptrdiff_t>(n));
   std::vector<std::vector<double>> fwd(n), bwd(n), opt(n);
@@ -90,14 +99,14 @@ StageRoundTimes StageRunner::run(const Shape& shape, Recompute mode, int warmup,
       stage.model->set_recompute(mode);
       at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_ + 1 + i);
       at::Tensor input, grad;
-      if (stage.receives) {
-        input = at::randn({b, stage.receives_decoder ? s + d : s, spec_.hidden}, gen);
+      if (stage.previous) {
+        input = at::randn(stage_output_shape(spec_, *stage.previous, shape), gen);
         input.requires_grad_(true);
       }
       for (int round = 0; round < warmup + repeats; ++round) {
         sync.arrive_and_wait();
         const auto start = Clock::now();
-        const MicroBatchTensors batch = collate(mb, source, spec_.kind, AttentionMode::Varlen, loss_scale);
+        const MicroBatchTensors batch = batch_of_round();
         StageOutput out = stage.model->forward(input, batch);
         const auto forwarded = Clock::now();
         const bool last = out.loss.defined();

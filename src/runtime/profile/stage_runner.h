@@ -8,11 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "dynapipe/core/microbatch.h"
 #include "dynapipe/cost/model_spec.h"
 #include "runtime/profile/piece.h"
+#include "runtime/stage_model.h"
 
 namespace dynapipe::runtime::profile {
 
@@ -35,7 +38,17 @@ class StageRunner {
   // stage: of its loss), then AdamW step + zero_grad. Forward time includes the collate.
   StageRoundTimes run(const Shape& shape, Recompute mode, int warmup, int repeats);
 
+  // The same rounds on one micro-batch the caller collated (its tensors and its shape, as
+  // a plan holds it), so the forward time leaves the collate out
+  // (bench/microbatch_time_torch_bench).
+  StageRoundTimes run(const MicroBatchTensors& batch, const MicroBatchShape& shape, Recompute mode, int warmup,
+                      int repeats);
+
  private:
+  // The rounds: `batch_of_round` (timed with the forward) gives each round's tensors.
+  StageRoundTimes run_rounds(const std::function<MicroBatchTensors()>& batch_of_round, const MicroBatchShape& shape,
+                             Recompute mode, int warmup, int repeats);
+
   struct Stage;
   ModelSpec spec_;
   std::uint64_t seed_;
