@@ -20,6 +20,9 @@
 // Counter x_ref = 1.6 s / (wall time per iteration): the speed-up over the reference
 // planner's median 1.6 s per 65k-token iteration (the target is >= 100x; for
 // other batch sizes it is only indicative).
+// Linked with the allocator `dynapipe plan` runs on (jemalloc with the planner's options,
+// bench/CMakeLists.txt). Until 2026-12-05 it ran on the C library's malloc, whose worker
+// arenas fault their pages in again on every plan made on two threads (threads2).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
