@@ -14,6 +14,7 @@
 #include "cost/layer_cost.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/json_reader.h"
+#include "dynapipe/core/statistics.h"
 #include "dynapipe/cost/device_spec.h"
 
 #ifndef DYNAPIPE_ASSETS_DIR
@@ -28,12 +29,6 @@ constexpr const char* kModes[3] = {"none", "selective", "full"};
 
 // (seqlen, dec_seqlen, batch): dec_seqlen 0 for one-length components.
 using ShapeKey = std::tuple<std::int64_t, std::int64_t, std::int64_t>;
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 // One component's rows of a timing or memory list: shape -> the first value of each
 // measurement of that shape.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/statistics.h"
 
 namespace dynapipe::runtime {
 
@@ -39,13 +40,6 @@ const std::vector<std::string> kMedianFields = {
     "loss", "real_tokens", "padded_tokens", "step_time_s", "est_step_time_s", "tokens_per_s",
     "planning_ms", "peak_memory_bytes", "est_peak_memory_bytes", "held_peak_bytes", "peak_memory_above_start_bytes", "microbatches"};
 }  // namespace
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  auto n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 std::string to_json_line(const StepMetrics& m) { return to_json(m).dump(); }
 

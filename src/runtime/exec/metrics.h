@@ -79,6 +79,4 @@ class Progress {
   bool tty_;
 };
 
-double median(std::vector<double> values);
-
 }  // namespace dynapipe::runtime

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/statistics.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
 #include "dynapipe/cost/device_spec.h"
@@ -58,12 +59,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // 0.1 µs: below timer noise, and keeps the JSON short.

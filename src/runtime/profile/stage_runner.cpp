@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/statistics.h"
 #include "dynapipe/core/strings.h"
 #include "runtime/model/collate.h"
 #include "runtime/model/model.h"
@@ -26,13 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
