@@ -531,7 +531,10 @@ def main():
     ap.add_argument("--device-name", default=None, help="the profile's device.name (default: the GPU's name)")
     ap.add_argument("--seqlens", type=int_list, default=int_list("64,128,256,512,1024,2048,4096,8192"),
                     help="sequence lengths (T5: encoder)")
-    ap.add_argument("--dec-seqlens", type=int_list, default=int_list("32,64,128,256,512"),
+    # From 8, as `dynapipe profile` grids them: the bundled data's median target is 3 tokens,
+    # and varlen rows of many short targets fold to decoder lengths below 32, which a grid
+    # from 32 extrapolated linearly (docs/RESULTS.md, "Short targets in the profile grid").
+    ap.add_argument("--dec-seqlens", type=int_list, default=int_list("8,16,32,64,128,256,512"),
                     help="T5: decoder lengths")
     ap.add_argument("--max-tokens", type=int, default=131072, help="b * s at most per measured shape")
     ap.add_argument("--warmup", type=int, default=2)
