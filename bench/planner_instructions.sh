@@ -8,6 +8,9 @@
 #   BASE=/tmp/base/build/bench/planner_bench bench/planner_instructions.sh   # and a baseline
 #   FILTER='short256|tok16384' bench/planner_instructions.sh  # only those matching (grep -E)
 #
+# The counts include the allocator's: compare binaries linked alike (the planner benches link
+# jemalloc since 2026-12-05, bench/CMakeLists.txt; earlier figures are on the C library's malloc).
+#
 # Prints one line per benchmark: its name, millions of instructions (and with BASE the
 # baseline's and the change). Needs valgrind (apt-get install valgrind); valgrind runs ~50×
 # slower, a few seconds per benchmark and binary (the seven take ~1 minute each binary).
