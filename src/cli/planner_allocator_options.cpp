@@ -4,7 +4,7 @@
 // and are freed together at the end of a plan. jemalloc reuses a freed extent only for
 // requests at least 1/64 of its size by default, so the next plan's small vectors mapped
 // fresh pages beside the large freed ones: T5-11B pp 8 short256 plans with
-// `--recompute per-microbatch` faulted ~4,000 pages each and ran 2x the C library's
+// `--recompute per-microbatch` faulted ~5,000 pages each and ran 2x the C library's
 // malloc's time (docs/RESULTS.md, "Planning on the executables' allocator"). Any fit
 // ratio lets a freed extent serve them. Training (`dynapipe-torch`) keeps jemalloc's
 // default, under which its tensors' memory was measured.
