@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "dynapipe/core/error.h"
@@ -22,13 +24,100 @@ int checked_thread_count(int threads, std::string_view name) {
   return threads;
 }
 
+namespace {
+
+// Threads kept across run_indexed() calls. Started per call, a plan's helper thread came
+// to a cold allocator every time: on jemalloc a fresh thread's allocations faulted new
+// pages in (GPT-6.7B short256 plans on two threads: ~170 page faults a plan, ~1 ms on
+// this VM; planning ahead ~340), which a thread that stays keeps warm.
+class HelperPool {
+ public:
+  static HelperPool& instance() {
+    static HelperPool pool;
+    return pool;
+  }
+
+  // Runs work() on the calling thread and on up to `helpers` pool threads, starting more
+  // where fewer are idle (nested calls get their own), and returns once every thread
+  // that began work() has returned from it. work() must not throw.
+  void run(std::size_t helpers, const std::function<void()>& work) {
+    Job job{&work, helpers, 0};
+    {
+      const std::lock_guard lock(mutex_);
+      jobs_.push_back(&job);
+      while (idle_ + started_waking_ < helpers) {
+        threads_.emplace_back([this] { serve(); });
+        ++started_waking_;
+      }
+    }
+    wake_.notify_all();
+    work();
+    std::unique_lock lock(mutex_);
+    job.unclaimed = 0;  // no helper starts it from here on
+    std::erase(jobs_, &job);
+    done_.wait(lock, [&] { return job.running == 0; });
+  }
+
+  ~HelperPool() {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+ private:
+  struct Job {
+    const std::function<void()>* work;
+    std::size_t unclaimed;  // helpers it may still take
+    std::size_t running;    // helpers inside work()
+  };
+
+  void serve() {
+    std::unique_lock lock(mutex_);
+    --started_waking_;
+    ++idle_;
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || claimable() != nullptr; });
+      if (stopping_) return;
+      Job* job = claimable();
+      --job->unclaimed;
+      ++job->running;
+      --idle_;
+      lock.unlock();
+      (*job->work)();
+      lock.lock();
+      ++idle_;
+      if (--job->running == 0) done_.notify_all();
+    }
+  }
+
+  Job* claimable() const {
+    for (Job* job : jobs_) {
+      if (job->unclaimed > 0) return job;
+    }
+    return nullptr;
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<Job*> jobs_;
+  std::vector<std::thread> threads_;
+  std::size_t idle_ = 0;            // threads waiting for a job
+  std::size_t started_waking_ = 0;  // threads started that have not begun waiting
+  bool stopping_ = false;
+};
+
+}  // namespace
+
 std::vector<std::exception_ptr> run_indexed(std::size_t count, int threads,
                                             const std::function<void(std::size_t)>& task,
                                             const std::function<bool(std::size_t)>& skip) {
   std::vector<std::exception_ptr> errors(count);
   std::atomic<std::size_t> next{0};
   // Each index is taken once; its slot in `errors` is written by the one thread that took it.
-  auto work = [&] {
+  const std::function<void()> work = [&] {
     for (std::size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
       if (skip && skip(i)) continue;
       try {
@@ -44,11 +133,8 @@ std::vector<std::exception_ptr> run_indexed(std::size_t count, int threads,
     work();
     return errors;
   }
-  std::vector<std::thread> pool;
-  pool.reserve(workers - 1);
-  for (std::size_t t = 1; t < workers; ++t) pool.emplace_back(work);
-  work();  // the caller's thread is one of the workers
-  for (std::thread& thread : pool) thread.join();
+  // The caller's thread is one of the workers.
+  HelperPool::instance().run(workers - 1, work);
   return errors;
 }
 

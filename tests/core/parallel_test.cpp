@@ -56,6 +56,54 @@ TEST(ParallelTest, UsesAsManyThreadsAsAskedAndOneMeansTheCallersThread) {
   }
 }
 
+// Counts the threads that ended after touching it (its destructor runs as a thread ends).
+std::atomic<int> g_threads_ended{0};
+struct EndCounter {
+  bool touched = false;
+  ~EndCounter() {
+    if (touched) ++g_threads_ended;
+  }
+};
+thread_local EndCounter t_end_counter;
+
+// The threads a call helps itself with stay for the next call (their allocator caches
+// stay warm), and a task may call run_indexed() itself.
+TEST(ParallelTest, HelperThreadsLastAcrossCallsAndNestedCallsFinish) {
+  const int ended_before = g_threads_ended.load();
+  for (int call = 0; call < 10; ++call) {
+    // Two tasks that wait for each other (up to 10 s): each call runs on two threads.
+    std::mutex mutex;
+    std::set<std::thread::id> ids;
+    std::atomic<int> running{0};
+    run_indexed(2, 2, [&](std::size_t) {
+      t_end_counter.touched = true;
+      {
+        std::lock_guard lock(mutex);
+        ids.insert(std::this_thread::get_id());
+      }
+      ++running;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (running.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    });
+    EXPECT_EQ(ids.size(), 2u) << call;
+  }
+  EXPECT_EQ(g_threads_ended.load(), ended_before);  // no helper thread ended
+
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::vector<int>> out(4, std::vector<int>(8, 0));
+    const auto errors = run_indexed(out.size(), 2, [&](std::size_t i) {
+      const auto inner = run_indexed(out[i].size(), 2, [&](std::size_t j) { out[i][j] = 1; });
+      for (const std::exception_ptr& e : inner) {
+        if (e) std::rethrow_exception(e);
+      }
+    });
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      EXPECT_FALSE(errors[i]) << round << " " << i;
+      EXPECT_EQ(out[i], std::vector<int>(8, 1)) << round << " " << i;
+    }
+  }
+}
+
 TEST(ParallelTest, ExceptionsAreKeptPerIndexAndTheOthersStillRun) {
   std::vector<int> out(10, 0);
   const auto errors = run_indexed(out.size(), 3, [&](std::size_t i) {
