@@ -1,5 +1,7 @@
 #include "dynapipe/core/parallel.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -37,34 +39,44 @@ class HelperPool {
     return pool;
   }
 
-  // Runs work() on the calling thread and on up to `helpers` pool threads, starting more
-  // where fewer are idle (nested calls get their own), and returns once every thread
-  // that began work() has returned from it. work() must not throw.
-  void run(std::size_t helpers, const std::function<void()>& work) {
-    Job job{&work, helpers, 0};
-    {
-      const std::lock_guard lock(mutex_);
-      jobs_.push_back(&job);
-      while (idle_ + started_waking_ < helpers) {
-        threads_.emplace_back([this] { serve(); });
-        ++started_waking_;
-      }
-    }
-    wake_.notify_all();
-    work();
-    std::unique_lock lock(mutex_);
-    job.unclaimed = 0;  // no helper starts it from here on
-    std::erase(jobs_, &job);
-    done_.wait(lock, [&] { return job.running == 0; });
+  HelperPool() {
+    // A forked child (a Python process forking workers, say) has none of the pool's
+    // threads, and its copies of the locks may show waiters that are not there: it leaves
+    // the parent's state alone, never joined, and starts an empty one.
+    pthread_atfork([] { instance().state_->mutex.lock(); }, [] { instance().state_->mutex.unlock(); },
+                   [] { instance().state_ = new State; });
   }
 
   ~HelperPool() {
     {
-      const std::lock_guard lock(mutex_);
-      stopping_ = true;
+      const std::lock_guard lock(state_->mutex);
+      state_->stopping = true;
     }
-    wake_.notify_all();
-    for (std::thread& thread : threads_) thread.join();
+    state_->wake.notify_all();
+    for (std::thread& thread : state_->threads) thread.join();
+    delete state_;
+  }
+
+  // Runs work() on the calling thread and on up to `helpers` pool threads, starting more
+  // where fewer are idle (nested calls get their own), and returns once every thread
+  // that began work() has returned from it. work() must not throw.
+  void run(std::size_t helpers, const std::function<void()>& work) {
+    State& state = *state_;
+    Job job{&work, helpers, 0};
+    {
+      const std::lock_guard lock(state.mutex);
+      state.jobs.push_back(&job);
+      while (state.idle + state.starting < helpers) {
+        state.threads.emplace_back([&state] { serve(state); });
+        ++state.starting;
+      }
+    }
+    state.wake.notify_all();
+    work();
+    std::unique_lock lock(state.mutex);
+    job.unclaimed = 0;  // no helper starts it from here on
+    std::erase(state.jobs, &job);
+    state.done.wait(lock, [&] { return job.running == 0; });
   }
 
  private:
@@ -73,40 +85,43 @@ class HelperPool {
     std::size_t unclaimed;  // helpers it may still take
     std::size_t running;    // helpers inside work()
   };
+  struct State {
+    std::mutex mutex;
+    std::condition_variable wake, done;
+    std::vector<Job*> jobs;
+    std::vector<std::thread> threads;
+    std::size_t idle = 0;      // threads waiting for a job
+    std::size_t starting = 0;  // threads started that have not begun waiting
+    bool stopping = false;
 
-  void serve() {
-    std::unique_lock lock(mutex_);
-    --started_waking_;
-    ++idle_;
+    Job* claimable() const {
+      for (Job* job : jobs) {
+        if (job->unclaimed > 0) return job;
+      }
+      return nullptr;
+    }
+  };
+
+  static void serve(State& state) {
+    std::unique_lock lock(state.mutex);
+    --state.starting;
+    ++state.idle;
     for (;;) {
-      wake_.wait(lock, [&] { return stopping_ || claimable() != nullptr; });
-      if (stopping_) return;
-      Job* job = claimable();
+      state.wake.wait(lock, [&] { return state.stopping || state.claimable() != nullptr; });
+      if (state.stopping) return;
+      Job* job = state.claimable();
       --job->unclaimed;
       ++job->running;
-      --idle_;
+      --state.idle;
       lock.unlock();
       (*job->work)();
       lock.lock();
-      ++idle_;
-      if (--job->running == 0) done_.notify_all();
+      ++state.idle;
+      if (--job->running == 0) state.done.notify_all();
     }
   }
 
-  Job* claimable() const {
-    for (Job* job : jobs_) {
-      if (job->unclaimed > 0) return job;
-    }
-    return nullptr;
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  std::vector<Job*> jobs_;
-  std::vector<std::thread> threads_;
-  std::size_t idle_ = 0;            // threads waiting for a job
-  std::size_t started_waking_ = 0;  // threads started that have not begun waiting
-  bool stopping_ = false;
+  State* state_ = new State;  // replaced, not freed, in a forked child
 };
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "dynapipe/core/parallel.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -102,6 +105,25 @@ TEST(ParallelTest, HelperThreadsLastAcrossCallsAndNestedCallsFinish) {
       EXPECT_EQ(out[i], std::vector<int>(8, 1)) << round << " " << i;
     }
   }
+}
+
+// A forked child has none of the pool's threads: its calls still run every task (on
+// threads of its own), and it exits through the static destructors without joining the
+// parent's threads (a hang there ends in SIGALRM).
+TEST(ParallelTest, AForkedChildRunsTasksAndExits) {
+  run_indexed(4, 2, [](std::size_t) {});  // the pool has a helper now
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::alarm(10);
+    std::vector<int> out(16, 0);
+    run_indexed(out.size(), 2, [&](std::size_t i) { out[i] = 1; });
+    std::exit(out == std::vector<int>(16, 1) ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(ParallelTest, ExceptionsAreKeptPerIndexAndTheOthersStillRun) {
