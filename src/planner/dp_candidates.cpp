@@ -2,6 +2,7 @@
 #include "planner_impl.h"
 
 #include <algorithm>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "dynapipe/batching/head_tail.h"
 #include "dynapipe/batching/varlen_regroup.h"
+#include "dynapipe/core/parallel.h"
 
 namespace dynapipe {
 
@@ -55,8 +57,8 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
     }
   }
   // The baselines' cuts (below) do not depend on the DPs: on several threads they are
-  // ranked beside the first pass, into a list of their own, which joins `ranked` where
-  // one thread ranks them.
+  // ranked beside the steps that follow the first pass (rank_from_first_pass), into a list
+  // of their own, which joins `ranked` where one thread ranks them.
   std::vector<Choice> baseline_ranked;
   // packing-varlen's and token-based's own micro-batches (their 1F1B rule, as they plan
   // themselves), each run as one varlen row, so dynapipe's plan can match the baseline
@@ -141,12 +143,10 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
                    }, patience);
     }
   };
-  // The first pass: one DP per plan, the baselines' cuts beside it on several threads.
+  // The first pass: one DP per plan.
   BatchingCache cache;  // segment costs shared by every DP below
   const bool baseline_task = threads > 1 && varlen && m.options.baseline_cuts;
-  FirstPass first = m.first_dp_pass(batch, plans, threads, cache,
-                                    baseline_task ? [&] { rank_baseline_cuts(baseline_ranked); }
-                                                  : std::function<void()>{});
+  FirstPass first = m.first_dp_pass(batch, plans, threads, cache);
   const std::size_t rules = first.rules;
   std::vector<Choice> ranked = std::move(first.ranked);
   std::vector<std::size_t> best_of_order = std::move(first.best_of_order);
@@ -164,199 +164,216 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
   // A100-40G preset, 2048, 65,536 tokens: 1285.8 -> 1295.7 ms).
   // dynapipe-padded at dp = 1 too, where it gains up to 1.1% (T5-11B pp 4, A100-80G, 80 GiB,
   // 1024); dynapipe's DPs there cost +8% to +21% planning instructions for ≤ 0.2%.
-  std::vector<Choice> other_mode_cuts;
-  if (!m.batching.recompute && !m.batching.mixed_recompute && (m.config.dp > 1 || !varlen)) {
-    for (const Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-      if (mode == ranked.front().dp_recompute) continue;
-      BatchingOptions fixed = plans.front().first;
-      fixed.recompute = mode;
-      std::optional<Choice> c = unless_ruled_out(
-          [&] { return m.search(batch, fixed, plans.front().second, true, &cache, &ranked); });
-      if (!c) continue;
-      c->other_mode_cut = true;
-      other_mode_cuts.push_back(std::move(*c));
-    }
-  }
-  if (varlen && !m.batching.recompute && m.config.pp > 1 && ranked.front().dp_recompute != Recompute::None &&
-      (m.schedule == ScheduleKind::Auto || m.schedule == ScheduleKind::CriticalPath) &&
-      lone_samples_may_gain(count_lone_samples(batch, *m.cost, plans.front().first, m.config.pp), m.config.pp)) {
-    // The 1F1B rule forced a heavier recompute mode than none: often a few long samples
-    // that cannot keep p − s copies in flight. critical-path admits forwards by memory, so
-    // it can run such a sample alone while the others wait: the sorted order's DP again
-    // without recomputation, a lone sample held to fitting alone (lone_samples_alone;
-    // docs/batching.md, "Lone samples"). GPT-6.7B pp 2 on the H100 preset, 80 GiB, 8192,
-    // 65,536 tokens: every cut ran full recompute, 3655.8 ms for iteration 0, while
-    // token-based, walking its budget, ran 19 micro-batches without recomputation under
-    // critical-path in 3425.0; this cut runs 3199.5.
-    BatchingOptions lone = plans.front().first;
-    lone.lone_samples_alone = true;
-    lone.recompute = Recompute::None;
-    // Ranked with critical-path alone: the other schedules keep p − s in flight or more.
-    std::optional<Choice> c = unless_ruled_out(
-        [&] { return m.search(batch, lone, ScheduleKind::CriticalPath, true, &cache, &ranked); });
-    if (c) {
-      ranked.push_back(std::move(*c));
-      rule_of.push_back(0);
-      order_of.push_back(best_of_order.size());  // an order of its own, no head and tail
-    }
-  }
-  if (varlen && m.options.head_and_tail) {
-    // Each order's best cuts again with small micro-batches first and last
-    // (batching/head_tail.h); and each rule's best cut of an order where its own recompute
-    // mode fit no schedule: the DP's memory rule let it fill the devices, and a heavier mode
-    // ran it, while small micro-batches in fill and drain can let its own mode fit (T5-11B
-    // pp 4, A100 80 GiB preset, 512, 262,144 tokens: the interleaved rule's cuts ran in full
-    // recompute, 26,124.4 ms, their head-and-tail form in selective, 20,018.4; that rule was
-    // not its order's best under auto, so auto planned 23,295.5 ms against
-    // `--schedule interleaved`'s 19,929.2).
-    std::vector<std::size_t> head_tail_of = best_of_order;
-    const std::size_t dp_cuts = ranked.size();
-    std::map<std::pair<std::size_t, std::size_t>, std::size_t> rule_best;  // (order, rule) → its best cut
-    for (std::size_t k = 0; k < dp_cuts; ++k) {
-      const auto [best_k, first] = rule_best.try_emplace({order_of[k], rule_of[k]}, k);
-      if (!first && ranked[k].est_ms < ranked[best_k->second].est_ms) best_k->second = k;
-    }
-    for (std::size_t k = 0; k < dp_cuts; ++k) {
-      if (rule_best.at({order_of[k], rule_of[k]}) != k || runs_in_own_mode(ranked[k]) ||
-          std::ranges::count(head_tail_of, k) > 0) {
-        continue;
-      }
-      head_tail_of.push_back(k);
-    }
-    for (std::size_t k : head_tail_of) {
-      const Choice& base = ranked[k];
-      std::vector<std::vector<MicroBatch>> replicas;
-      for (const ReplicaChoice& replica : base.replicas) {
-        replicas.push_back(split_head_and_tail(batch, replica.microbatches, *m.cost,
-                                               base.dp_recompute, m.batching));
-      }
-      // (Such a form can fit no schedule in any mode, its head and tail adding micro-batches
-      // in flight: it is then left out.)
-      std::optional<Choice> other = unless_ruled_out(
-          [&] { return m.quick_search(batch, replicas, base.schedule, base.dp_recompute, &ranked); });
-      if (!other) continue;
-      other->batching = base.batching;
-      other->dp_recompute = base.dp_recompute;
-      rule_of.push_back(rule_of[k]);
-      ranked.push_back(std::move(*other));
-    }
-  }
   auto best = [&] {
     return std::min_element(ranked.begin(), ranked.end(), [](const Choice& a, const Choice& b) {
       return a.est_ms < b.est_ms;
     });
   };
-  // The cuts the steps below start from: the best plan, and under auto each other rule's
-  // best near it (kRuleWindow). A fixed --schedule starts them from its own rule's best,
-  // and auto must find what that finds (GPT-6.7B pp 8 on the H100 preset, 80 GiB, 1024,
-  // 262,144 tokens: the 1F1B rule's best, 3193.1 ms by quick estimate, line-searched to
-  // 3135.2 and its padded cut planned 3051.6 in full with critical-path, while every step
-  // from the zb1p rule's best stopped at auto's 3077.7).
-  // The fastest cut by quick estimate that is not a lone-sample one (of `rule`, if given),
-  // among the DP cuts ranked so far.
-  auto best_regular = [&](std::optional<std::size_t> rule = std::nullopt) {
-    std::optional<std::size_t> found;
-    for (std::size_t k = 0; k < rule_of.size(); ++k) {
-      if (ranked[k].batching.lone_samples_alone || (rule && rule_of[k] != *rule)) continue;
-      if (!found || ranked[k].est_ms < ranked[*found].est_ms) found = k;
-    }
-    return found;
-  };
-  auto rule_starts = [&] {
-    const std::size_t overall = static_cast<std::size_t>(best() - ranked.begin());
-    std::vector<std::size_t> starts{overall};
-    // A lone-sample cut's steps come on top of the others', which start from the best other
-    // cut as they would without it (T5-11B pp 8 on the H100 preset, 40 GiB, 4096, 16,384
-    // tokens: the lone-sample cut ranked first and took the 1F1B rule's line search, whose
-    // cut had planned 823.6 ms for iteration 1; 854.5 without it).
-    const std::optional<std::size_t> regular = best_regular();
-    if (!regular) return starts;
-    if (*regular != overall) starts.push_back(*regular);
-    if (!schedules_can_gain(ranked[*regular])) return starts;
-    for (std::size_t rule = 0; rule < rules; ++rule) {
-      const std::optional<std::size_t> rule_best = best_regular(rule);
-      const double window = rule == 0 ? kRuleWindow : kOtherRuleWindow;
-      if (rule != rule_of[*regular] && rule_best &&
-          ranked[*rule_best].est_ms <= ranked[*regular].est_ms * window) {
-        starts.push_back(*rule_best);
+  std::vector<Choice> other_mode_cuts;
+  // The steps from the first pass's cuts: other modes, lone samples, heads and tails, the
+  // bubble-weight line search and the padded cut. The baselines' cuts do not depend on
+  // them: on several threads they are ranked beside these steps, into a list of their
+  // own, which joins `ranked` where one thread ranks them (after these steps).
+  auto rank_from_first_pass = [&] {
+    if (!m.batching.recompute && !m.batching.mixed_recompute && (m.config.dp > 1 || !varlen)) {
+      for (const Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+        if (mode == ranked.front().dp_recompute) continue;
+        BatchingOptions fixed = plans.front().first;
+        fixed.recompute = mode;
+        std::optional<Choice> c = unless_ruled_out(
+            [&] { return m.search(batch, fixed, plans.front().second, true, &cache, &ranked); });
+        if (!c) continue;
+        c->other_mode_cut = true;
+        other_mode_cuts.push_back(std::move(*c));
       }
     }
-    return starts;
-  };
-  if (m.options.schedule_aware_dp && m.config.pp > 1) {
-    // Up to two steps from ranked[k], β times `factor` each, while the simulation
-    // improves; whether one did.
-    auto walk_bubble_weight = [&](std::size_t k, double factor) {
-      // What the steps need of ranked[k], copied: the pushes below can move it.
-      const ScheduleKind schedule = ranked[k].schedule;
-      const std::size_t rule = rule_of[k];
-      BatchingOptions again = ranked[k].batching;
-      double est = ranked[k].est_ms;
-      bool improved = false;
-      for (int step = 0; step < 2; ++step) {
-        again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
-        std::optional<Choice> c =
-            unless_ruled_out([&] { return m.search(batch, again, schedule, true, &cache, &ranked); });
-        if (!c || !(c->est_ms < est)) break;
-        est = c->est_ms;
+    if (varlen && !m.batching.recompute && m.config.pp > 1 && ranked.front().dp_recompute != Recompute::None &&
+        (m.schedule == ScheduleKind::Auto || m.schedule == ScheduleKind::CriticalPath) &&
+        lone_samples_may_gain(count_lone_samples(batch, *m.cost, plans.front().first, m.config.pp), m.config.pp)) {
+      // The 1F1B rule forced a heavier recompute mode than none: often a few long samples
+      // that cannot keep p − s copies in flight. critical-path admits forwards by memory, so
+      // it can run such a sample alone while the others wait: the sorted order's DP again
+      // without recomputation, a lone sample held to fitting alone (lone_samples_alone;
+      // docs/batching.md, "Lone samples"). GPT-6.7B pp 2 on the H100 preset, 80 GiB, 8192,
+      // 65,536 tokens: every cut ran full recompute, 3655.8 ms for iteration 0, while
+      // token-based, walking its budget, ran 19 micro-batches without recomputation under
+      // critical-path in 3425.0; this cut runs 3199.5.
+      BatchingOptions lone = plans.front().first;
+      lone.lone_samples_alone = true;
+      lone.recompute = Recompute::None;
+      // Ranked with critical-path alone: the other schedules keep p − s in flight or more.
+      std::optional<Choice> c = unless_ruled_out(
+          [&] { return m.search(batch, lone, ScheduleKind::CriticalPath, true, &cache, &ranked); });
+      if (c) {
         ranked.push_back(std::move(*c));
-        rule_of.push_back(rule);
-        improved = true;
+        rule_of.push_back(0);
+        order_of.push_back(best_of_order.size());  // an order of its own, no head and tail
       }
-      return improved;
+    }
+    if (varlen && m.options.head_and_tail) {
+      // Each order's best cuts again with small micro-batches first and last
+      // (batching/head_tail.h); and each rule's best cut of an order where its own recompute
+      // mode fit no schedule: the DP's memory rule let it fill the devices, and a heavier mode
+      // ran it, while small micro-batches in fill and drain can let its own mode fit (T5-11B
+      // pp 4, A100 80 GiB preset, 512, 262,144 tokens: the interleaved rule's cuts ran in full
+      // recompute, 26,124.4 ms, their head-and-tail form in selective, 20,018.4; that rule was
+      // not its order's best under auto, so auto planned 23,295.5 ms against
+      // `--schedule interleaved`'s 19,929.2).
+      std::vector<std::size_t> head_tail_of = best_of_order;
+      const std::size_t dp_cuts = ranked.size();
+      std::map<std::pair<std::size_t, std::size_t>, std::size_t> rule_best;  // (order, rule) → its best cut
+      for (std::size_t k = 0; k < dp_cuts; ++k) {
+        const auto [best_k, first] = rule_best.try_emplace({order_of[k], rule_of[k]}, k);
+        if (!first && ranked[k].est_ms < ranked[best_k->second].est_ms) best_k->second = k;
+      }
+      for (std::size_t k = 0; k < dp_cuts; ++k) {
+        if (rule_best.at({order_of[k], rule_of[k]}) != k || runs_in_own_mode(ranked[k]) ||
+            std::ranges::count(head_tail_of, k) > 0) {
+          continue;
+        }
+        head_tail_of.push_back(k);
+      }
+      for (std::size_t k : head_tail_of) {
+        const Choice& base = ranked[k];
+        std::vector<std::vector<MicroBatch>> replicas;
+        for (const ReplicaChoice& replica : base.replicas) {
+          replicas.push_back(split_head_and_tail(batch, replica.microbatches, *m.cost,
+                                                 base.dp_recompute, m.batching));
+        }
+        // (Such a form can fit no schedule in any mode, its head and tail adding micro-batches
+        // in flight: it is then left out.)
+        std::optional<Choice> other = unless_ruled_out(
+            [&] { return m.quick_search(batch, replicas, base.schedule, base.dp_recompute, &ranked); });
+        if (!other) continue;
+        other->batching = base.batching;
+        other->dp_recompute = base.dp_recompute;
+        rule_of.push_back(rule_of[k]);
+        ranked.push_back(std::move(*other));
+      }
+    }
+    // The cuts the steps below start from: the best plan, and under auto each other rule's
+    // best near it (kRuleWindow). A fixed --schedule starts them from its own rule's best,
+    // and auto must find what that finds (GPT-6.7B pp 8 on the H100 preset, 80 GiB, 1024,
+    // 262,144 tokens: the 1F1B rule's best, 3193.1 ms by quick estimate, line-searched to
+    // 3135.2 and its padded cut planned 3051.6 in full with critical-path, while every step
+    // from the zb1p rule's best stopped at auto's 3077.7).
+    // The fastest cut by quick estimate that is not a lone-sample one (of `rule`, if given),
+    // among the DP cuts ranked so far.
+    auto best_regular = [&](std::optional<std::size_t> rule = std::nullopt) {
+      std::optional<std::size_t> found;
+      for (std::size_t k = 0; k < rule_of.size(); ++k) {
+        if (ranked[k].batching.lone_samples_alone || (rule && rule_of[k] != *rule)) continue;
+        if (!found || ranked[k].est_ms < ranked[*found].est_ms) found = k;
+      }
+      return found;
     };
-    // DP ↔ simulation: a line search on the bubble weight of the best plan's memory rule.
-    // (p − 1)·max t only approximates what a schedule loses to fill, drain and unequal
-    // micro-batches, so the DP runs again with β doubled (smaller micro-batches) and, if
-    // that did not help, halved; each step continues while the simulation improves.
-    const std::vector<std::size_t> starts = rule_starts();
-    for (std::size_t k : starts) {
-      if (!walk_bubble_weight(k, 2.0)) walk_bubble_weight(k, 0.5);
-    }
-    // And the interleaved rule's best cut with β halved (larger micro-batches), whatever its
-    // rank, where the best plan leaves the devices' work unequal (kInterleavedStartsImbalance)
-    // and that rule cut the batch into many more micro-batches than the best plan
-    // (kInterleavedHalvingCount): interleaving evens the devices out, but that rule's DP at
-    // β = 1/chunks can cut too finely. (T5-11B pp 8 short256 plans, whose stages are as
-    // unequal, paid +25% instructions for this step without the count gate, and +9% for the
-    // whole line search and padded cut instead, for no gain: their interleaved cut holds
-    // 1.2–1.6× the best's micro-batches.) Or where the best plan's makespan runs far past
-    // its busiest device's work (kInterleavedStartsOverhead): interleaving shortens fill and
-    // drain, which then lets larger, cheaper micro-batches win.
-    auto microbatches = [&](std::size_t k) {
-      std::size_t count = 0;
-      for (const ReplicaChoice& replica : ranked[k].replicas) count += replica.microbatches.size();
-      return static_cast<double>(count);
+    auto rule_starts = [&] {
+      const std::size_t overall = static_cast<std::size_t>(best() - ranked.begin());
+      std::vector<std::size_t> starts{overall};
+      // A lone-sample cut's steps come on top of the others', which start from the best other
+      // cut as they would without it (T5-11B pp 8 on the H100 preset, 40 GiB, 4096, 16,384
+      // tokens: the lone-sample cut ranked first and took the 1F1B rule's line search, whose
+      // cut had planned 823.6 ms for iteration 1; 854.5 without it).
+      const std::optional<std::size_t> regular = best_regular();
+      if (!regular) return starts;
+      if (*regular != overall) starts.push_back(*regular);
+      if (!schedules_can_gain(ranked[*regular])) return starts;
+      for (std::size_t rule = 0; rule < rules; ++rule) {
+        const std::optional<std::size_t> rule_best = best_regular(rule);
+        const double window = rule == 0 ? kRuleWindow : kOtherRuleWindow;
+        if (rule != rule_of[*regular] && rule_best &&
+            ranked[*rule_best].est_ms <= ranked[*regular].est_ms * window) {
+          starts.push_back(*rule_best);
+        }
+      }
+      return starts;
     };
-    const std::optional<std::size_t> regular = best_regular();
-    std::optional<std::size_t> interleaved_best;
-    for (std::size_t rule = 0; rule < rules; ++rule) {
-      if (plans[rule].second == ScheduleKind::Interleaved) interleaved_best = best_regular(rule);
+    if (m.options.schedule_aware_dp && m.config.pp > 1) {
+      // Up to two steps from ranked[k], β times `factor` each, while the simulation
+      // improves; whether one did.
+      auto walk_bubble_weight = [&](std::size_t k, double factor) {
+        // What the steps need of ranked[k], copied: the pushes below can move it.
+        const ScheduleKind schedule = ranked[k].schedule;
+        const std::size_t rule = rule_of[k];
+        BatchingOptions again = ranked[k].batching;
+        double est = ranked[k].est_ms;
+        bool improved = false;
+        for (int step = 0; step < 2; ++step) {
+          again.bubble_weight = std::clamp(again.bubble_weight * factor, 0.01, 16.0);
+          std::optional<Choice> c =
+              unless_ruled_out([&] { return m.search(batch, again, schedule, true, &cache, &ranked); });
+          if (!c || !(c->est_ms < est)) break;
+          est = c->est_ms;
+          ranked.push_back(std::move(*c));
+          rule_of.push_back(rule);
+          improved = true;
+        }
+        return improved;
+      };
+      // DP ↔ simulation: a line search on the bubble weight of the best plan's memory rule.
+      // (p − 1)·max t only approximates what a schedule loses to fill, drain and unequal
+      // micro-batches, so the DP runs again with β doubled (smaller micro-batches) and, if
+      // that did not help, halved; each step continues while the simulation improves.
+      const std::vector<std::size_t> starts = rule_starts();
+      for (std::size_t k : starts) {
+        if (!walk_bubble_weight(k, 2.0)) walk_bubble_weight(k, 0.5);
+      }
+      // And the interleaved rule's best cut with β halved (larger micro-batches), whatever its
+      // rank, where the best plan leaves the devices' work unequal (kInterleavedStartsImbalance)
+      // and that rule cut the batch into many more micro-batches than the best plan
+      // (kInterleavedHalvingCount): interleaving evens the devices out, but that rule's DP at
+      // β = 1/chunks can cut too finely. (T5-11B pp 8 short256 plans, whose stages are as
+      // unequal, paid +25% instructions for this step without the count gate, and +9% for the
+      // whole line search and padded cut instead, for no gain: their interleaved cut holds
+      // 1.2–1.6× the best's micro-batches.) Or where the best plan's makespan runs far past
+      // its busiest device's work (kInterleavedStartsOverhead): interleaving shortens fill and
+      // drain, which then lets larger, cheaper micro-batches win.
+      auto microbatches = [&](std::size_t k) {
+        std::size_t count = 0;
+        for (const ReplicaChoice& replica : ranked[k].replicas) count += replica.microbatches.size();
+        return static_cast<double>(count);
+      };
+      const std::optional<std::size_t> regular = best_regular();
+      std::optional<std::size_t> interleaved_best;
+      for (std::size_t rule = 0; rule < rules; ++rule) {
+        if (plans[rule].second == ScheduleKind::Interleaved) interleaved_best = best_regular(rule);
+      }
+      if (regular && interleaved_best && std::ranges::count(starts, *interleaved_best) == 0 &&
+          ((stage_imbalance(ranked[*regular]) > kInterleavedStartsImbalance &&
+            microbatches(*interleaved_best) > kInterleavedHalvingCount * microbatches(*regular)) ||
+           bottleneck_overhead(ranked[*regular]) > kInterleavedStartsOverhead)) {
+        walk_bubble_weight(*interleaved_best, 0.5);
+      }
     }
-    if (regular && interleaved_best && std::ranges::count(starts, *interleaved_best) == 0 &&
-        ((stage_imbalance(ranked[*regular]) > kInterleavedStartsImbalance &&
-          microbatches(*interleaved_best) > kInterleavedHalvingCount * microbatches(*regular)) ||
-         bottleneck_overhead(ranked[*regular]) > kInterleavedStartsOverhead)) {
-      walk_bubble_weight(*interleaved_best, 0.5);
+    if (varlen && m.options.padded_cut) {
+      // dynapipe-padded's cut of the best plan's rule, run varlen: more, length-homogeneous
+      // micro-batches than the varlen DP makes, each no slower than dynapipe-padded's own
+      // (docs/batching.md "Padded cuts").
+      for (std::size_t k : rule_starts()) {
+        const ScheduleKind schedule = ranked[k].schedule;  // copied: the push below can move it
+        BatchingOptions padded_cut = ranked[k].batching;
+        padded_cut.varlen_order = VarlenOrder::Sorted;
+        padded_cut.varlen_row_capacity = false;
+        padded_cut.varlen_padded_cut = true;
+        // And its recompute mode: the padded DP cannot be pruned by the varlen incumbent, so
+        // each extra mode is a full DP (T5-11B pp 8 short256: ~8% of the plan).
+        if (!padded_cut.recompute) padded_cut.recompute = ranked[k].dp_recompute;
+        std::optional<Choice> c =
+            unless_ruled_out([&] { return m.search(batch, padded_cut, schedule, true, &cache, &ranked); });
+        if (c) ranked.push_back(std::move(*c));
+      }
     }
-  }
-  if (varlen && m.options.padded_cut) {
-    // dynapipe-padded's cut of the best plan's rule, run varlen: more, length-homogeneous
-    // micro-batches than the varlen DP makes, each no slower than dynapipe-padded's own
-    // (docs/batching.md "Padded cuts").
-    for (std::size_t k : rule_starts()) {
-      const ScheduleKind schedule = ranked[k].schedule;  // copied: the push below can move it
-      BatchingOptions padded_cut = ranked[k].batching;
-      padded_cut.varlen_order = VarlenOrder::Sorted;
-      padded_cut.varlen_row_capacity = false;
-      padded_cut.varlen_padded_cut = true;
-      // And its recompute mode: the padded DP cannot be pruned by the varlen incumbent, so
-      // each extra mode is a full DP (T5-11B pp 8 short256: ~8% of the plan).
-      if (!padded_cut.recompute) padded_cut.recompute = ranked[k].dp_recompute;
-      std::optional<Choice> c =
-          unless_ruled_out([&] { return m.search(batch, padded_cut, schedule, true, &cache, &ranked); });
-      if (c) ranked.push_back(std::move(*c));
+  };
+  if (baseline_task) {
+    const std::vector<std::exception_ptr> errors = run_indexed(2, threads, [&](std::size_t task) {
+      if (task == 0) rank_from_first_pass();
+      if (task == 1) rank_baseline_cuts(baseline_ranked);
+    });
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
     }
+  } else {
+    rank_from_first_pass();
   }
   if (varlen && m.options.baseline_cuts) {
     if (baseline_task) {

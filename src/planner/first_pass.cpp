@@ -23,13 +23,12 @@ constexpr double kInterleavedWindow = 1.02;
 
 // The DPs share segment costs by sequence (the sorted order's rules one cache, the packed
 // rows' with and without the row capacity another), so on several threads the two groups
-// run side by side, `beside` as a third task; the results are assembled in plan order, as
-// one thread makes them, so the plan is the same for any thread count. The packed group's
-// cache then joins `cache`, which the later steps use.
+// run side by side; the results are assembled in plan order, as one thread makes them, so
+// the plan is the same for any thread count. The packed group's cache then joins `cache`,
+// which the later steps use.
 FirstPass Planner::Impl::first_dp_pass(const GlobalBatch& batch,
                                        const std::vector<std::pair<BatchingOptions, ScheduleKind>>& plans,
-                                       int threads, BatchingCache& cache,
-                                       const std::function<void()>& beside) const {
+                                       int threads, BatchingCache& cache) const {
   const Impl& m = *this;
   const std::size_t rules = 1 + m.more_targets.size();
   // On one thread both groups share one cache and one list, as the DPs ran before.
@@ -101,12 +100,10 @@ FirstPass Planner::Impl::first_dp_pass(const GlobalBatch& batch,
       run_plan(k, 1, side_by_side ? &packed_cache : &cache);
     }
   };
-  const std::vector<std::exception_ptr> group_errors =
-      run_indexed(beside ? 3 : 2, threads, [&](std::size_t g) {
-        if (g == 0) sorted_group();
-        if (g == 1) packed_group();
-        if (g == 2) beside();
-      });
+  const std::vector<std::exception_ptr> group_errors = run_indexed(2, threads, [&](std::size_t g) {
+    if (g == 0) sorted_group();
+    if (g == 1) packed_group();
+  });
   for (const std::exception_ptr& e : group_errors) {
     if (e) std::rethrow_exception(e);
   }

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -230,18 +229,18 @@ struct Planner::Impl {
   std::vector<SearchCandidate> own_mode_candidates(ScheduleKind schedule,
                                                    std::span<const MicroBatch> microbatches,
                                                    Recompute recompute) const;
-  // The first DPs of each varlen order and the baselines' cuts run as up to three tasks on
-  // `threads`; the list is what one thread gives.
+  // On `threads` > 1 the first DPs of the sorted and the packed orders run side by side,
+  // then the steps from their cuts beside the baselines' cuts; the list is what one thread
+  // gives.
   std::vector<Choice> rank_dp_plans(const GlobalBatch& batch, int threads) const;
   // rank_dp_plans()'s first pass: a quick search of each plan's DP cut (plans[k]: options
   // and the schedule searched), the interleaved rule's later orders skipped where it lost
   // clearly on the sorted order. On `threads` > 1 the sorted order's DPs and the packed
-  // rows' run side by side; `beside` (if given) is a third task, beside them on several
-  // threads, after them on one. `cache` is the sorted
-  // order's, and holds every sequence's rows after. Throws the first plan's errors.
+  // rows' run side by side. `cache` is the sorted order's, and holds every sequence's rows
+  // after. Throws the first plan's errors.
   planner_detail::FirstPass first_dp_pass(
       const GlobalBatch& batch, const std::vector<std::pair<BatchingOptions, ScheduleKind>>& plans,
-      int threads, BatchingCache& cache, const std::function<void()>& beside) const;
+      int threads, BatchingCache& cache) const;
   void walk_token_budget(const GlobalBatch& batch, Choice* choice, std::vector<Choice>* searched) const;
   std::optional<Choice> redeal(const GlobalBatch& batch, const Choice& from, ScheduleKind schedule,
                                double beat_ms) const;

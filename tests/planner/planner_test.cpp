@@ -135,8 +135,9 @@ TEST(PlannerTest, EveryStrategyCoversTheBatchWithinMemoryDeterministically) {
 }
 
 // PlannerOptions::threads: one plan on several threads (dynapipe's first DPs by varlen
-// order and the baselines' cuts side by side) is bit for bit the plan on one, errors
-// included: the DP strategies, both models, dp 2, and a batch of many short samples.
+// order side by side, then the steps from their cuts beside the baselines' cuts) is bit for
+// bit the plan on one, errors included: the DP strategies, both models, dp 2, and a batch
+// of many short samples.
 TEST(PlannerTest, OnePlanOnSeveralThreadsIsThePlanOnOne) {
   PlannerOptions threaded;
   threaded.threads = 3;
