@@ -2,7 +2,6 @@
 #include "planner_impl.h"
 
 #include <algorithm>
-#include <exception>
 #include <functional>
 #include <limits>
 #include <map>
@@ -11,7 +10,6 @@
 
 #include "dynapipe/batching/head_tail.h"
 #include "dynapipe/batching/varlen_regroup.h"
-#include "dynapipe/core/parallel.h"
 
 namespace dynapipe {
 
@@ -143,15 +141,12 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
                    }, patience);
     }
   };
-  // The first pass: one DP per plan.
   BatchingCache cache;  // segment costs shared by every DP below
   const bool baseline_task = threads > 1 && varlen && m.options.baseline_cuts;
-  FirstPass first = m.first_dp_pass(batch, plans, threads, cache);
-  const std::size_t rules = first.rules;
-  std::vector<Choice> ranked = std::move(first.ranked);
-  std::vector<std::size_t> best_of_order = std::move(first.best_of_order);
-  std::vector<std::size_t> rule_of = std::move(first.rule_of);
-  std::vector<std::size_t> order_of = std::move(first.order_of);
+  // The first pass's results (first_dp_pass()), which the steps below extend.
+  std::size_t rules = 0;
+  std::vector<Choice> ranked;
+  std::vector<std::size_t> best_of_order, rule_of, order_of;
   // With dp > 1 under auto recompute, the first rule's cuts (dynapipe's in the sorted order)
   // in the other two modes as well: there the DP's objective only estimates how the
   // replicas deal the micro-batches and how the schedule runs them, so the mode it ranks
@@ -364,17 +359,19 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
       }
     }
   };
-  if (baseline_task) {
-    const std::vector<std::exception_ptr> errors = run_indexed(2, threads, [&](std::size_t task) {
-      if (task == 0) rank_from_first_pass();
-      if (task == 1) rank_baseline_cuts(baseline_ranked);
-    });
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
-  } else {
-    rank_from_first_pass();
-  }
+  // The first pass (one DP per plan), then the steps from its cuts; on several threads the
+  // baselines' cuts beside them.
+  m.first_dp_pass(batch, plans, threads, cache,
+                  baseline_task ? std::function<void()>([&] { rank_baseline_cuts(baseline_ranked); })
+                                : std::function<void()>(),
+                  [&](FirstPass first) {
+                    rules = first.rules;
+                    ranked = std::move(first.ranked);
+                    best_of_order = std::move(first.best_of_order);
+                    rule_of = std::move(first.rule_of);
+                    order_of = std::move(first.order_of);
+                    rank_from_first_pass();
+                  });
   if (varlen && m.options.baseline_cuts) {
     if (baseline_task) {
       for (Choice& c : baseline_ranked) ranked.push_back(std::move(c));

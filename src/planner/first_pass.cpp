@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <functional>
 #include <future>
 #include <limits>
 
@@ -23,12 +25,15 @@ constexpr double kInterleavedWindow = 1.02;
 
 // The DPs share segment costs by sequence (the sorted order's rules one cache, the packed
 // rows' with and without the row capacity another), so on several threads the two groups
-// run side by side; the results are assembled in plan order, as one thread makes them, so
-// the plan is the same for any thread count. The packed group's cache then joins `cache`,
-// which the later steps use.
-FirstPass Planner::Impl::first_dp_pass(const GlobalBatch& batch,
-                                       const std::vector<std::pair<BatchingOptions, ScheduleKind>>& plans,
-                                       int threads, BatchingCache& cache) const {
+// run side by side, `beside` as a third task (on the thread that ends its group first); the
+// results are assembled in plan order, as one thread makes them, so the plan is the same
+// for any thread count. The packed group's cache then joins `cache`, which the later steps
+// use. `then` takes the results on the thread that ended the second group, while `beside`
+// may still run.
+void Planner::Impl::first_dp_pass(const GlobalBatch& batch,
+                                  const std::vector<std::pair<BatchingOptions, ScheduleKind>>& plans,
+                                  int threads, BatchingCache& cache, const std::function<void()>& beside,
+                                  const std::function<void(planner_detail::FirstPass)>& then) const {
   const Impl& m = *this;
   const std::size_t rules = 1 + m.more_targets.size();
   // On one thread both groups share one cache and one list, as the DPs ran before.
@@ -100,37 +105,62 @@ FirstPass Planner::Impl::first_dp_pass(const GlobalBatch& batch,
       run_plan(k, 1, side_by_side ? &packed_cache : &cache);
     }
   };
-  const std::vector<std::exception_ptr> group_errors = run_indexed(2, threads, [&](std::size_t g) {
-    if (g == 0) sorted_group();
-    if (g == 1) packed_group();
+  // Assembles the results in plan order and hands them to `then`.
+  auto finish = [&] {
+    if (side_by_side) cache.absorb(std::move(packed_cache));
+    FirstPass out;
+    out.rules = rules;
+    std::vector<Choice>& ranked = out.ranked;
+    std::vector<std::size_t>& best_of_order = out.best_of_order;
+    std::vector<std::size_t>& rule_of = out.rule_of;
+    std::vector<std::size_t>& order_of = out.order_of;
+    ranked.push_back(std::move(found[0][*found_at[0]]));
+    best_of_order = rule_of = order_of = {0};
+    for (std::size_t k = 1; k < plans.size(); ++k) {
+      if (!found_at[k]) continue;  // skipped or ruled out
+      const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order ||
+                             plans[k].first.varlen_row_capacity != plans[k - 1].first.varlen_row_capacity;
+      ranked.push_back(std::move(found_list(k < rules ? 0 : 1)[*found_at[k]]));
+      rule_of.push_back(k % rules);
+      if (new_order) {
+        best_of_order.push_back(ranked.size() - 1);
+      } else if (ranked.back().est_ms < ranked[best_of_order.back()].est_ms) {
+        best_of_order.back() = ranked.size() - 1;
+      }
+      order_of.push_back(best_of_order.size() - 1);
+    }
+    then(std::move(out));
+  };
+  if (!side_by_side) {  // in order: the groups, then the steps, then `beside`
+    sorted_group();
+    packed_group();
+    finish();
+    if (beside) beside();
+    return;
+  }
+  // The group that ends second finishes, where neither failed.
+  std::atomic<int> groups_left{2};
+  std::atomic<bool> group_failed{false};
+  auto group = [&](const std::function<void()>& run) {
+    try {
+      run();
+    } catch (...) {
+      group_failed = true;
+      --groups_left;
+      throw;
+    }
+    if (--groups_left == 0 && !group_failed) finish();
+  };
+  const std::vector<std::exception_ptr> errors = run_indexed(beside ? 3 : 2, threads, [&](std::size_t g) {
+    if (g == 0) group(sorted_group);
+    if (g == 1) group(packed_group);
+    if (g == 2) beside();
   });
-  for (const std::exception_ptr& e : group_errors) {
+  // The groups' errors first (the first plan's are the planner's), then the steps', then
+  // `beside`'s, as one thread meets them.
+  for (const std::exception_ptr& e : errors) {
     if (e) std::rethrow_exception(e);
   }
-  if (side_by_side) cache.absorb(std::move(packed_cache));
-
-  FirstPass out;
-  out.rules = rules;
-  std::vector<Choice>& ranked = out.ranked;
-  std::vector<std::size_t>& best_of_order = out.best_of_order;
-  std::vector<std::size_t>& rule_of = out.rule_of;
-  std::vector<std::size_t>& order_of = out.order_of;
-  ranked.push_back(std::move(found[0][*found_at[0]]));
-  best_of_order = rule_of = order_of = {0};
-  for (std::size_t k = 1; k < plans.size(); ++k) {
-    if (!found_at[k]) continue;  // skipped or ruled out
-    const bool new_order = plans[k].first.varlen_order != plans[k - 1].first.varlen_order ||
-                           plans[k].first.varlen_row_capacity != plans[k - 1].first.varlen_row_capacity;
-    ranked.push_back(std::move(found_list(k < rules ? 0 : 1)[*found_at[k]]));
-    rule_of.push_back(k % rules);
-    if (new_order) {
-      best_of_order.push_back(ranked.size() - 1);
-    } else if (ranked.back().est_ms < ranked[best_of_order.back()].est_ms) {
-      best_of_order.back() = ranked.size() - 1;
-    }
-    order_of.push_back(best_of_order.size() - 1);
-  }
-  return out;
 }
 
 }  // namespace dynapipe

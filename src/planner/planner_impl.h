@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -230,17 +231,21 @@ struct Planner::Impl {
                                                    std::span<const MicroBatch> microbatches,
                                                    Recompute recompute) const;
   // On `threads` > 1 the first DPs of the sorted and the packed orders run side by side,
-  // then the steps from their cuts beside the baselines' cuts; the list is what one thread
-  // gives.
+  // the baselines' cuts beside them and beside the steps from their cuts; the list is what
+  // one thread gives.
   std::vector<Choice> rank_dp_plans(const GlobalBatch& batch, int threads) const;
   // rank_dp_plans()'s first pass: a quick search of each plan's DP cut (plans[k]: options
   // and the schedule searched), the interleaved rule's later orders skipped where it lost
-  // clearly on the sorted order. On `threads` > 1 the sorted order's DPs and the packed
-  // rows' run side by side. `cache` is the sorted order's, and holds every sequence's rows
-  // after. Throws the first plan's errors.
-  planner_detail::FirstPass first_dp_pass(
-      const GlobalBatch& batch, const std::vector<std::pair<BatchingOptions, ScheduleKind>>& plans,
-      int threads, BatchingCache& cache) const;
+  // clearly on the sorted order; `then` gets the cuts that fit, in plan order. On `threads`
+  // > 1 the sorted order's DPs and the packed rows' run side by side, `beside` (if given)
+  // as a third task on the thread that ends its group first, and `then` on the thread that
+  // ends its group last; on one thread the groups, `then` and `beside` run in that order.
+  // `cache` is the sorted order's, and holds every sequence's rows from `then` on. Throws
+  // the first plan's errors, then `then`'s, then `beside`'s.
+  void first_dp_pass(const GlobalBatch& batch,
+                     const std::vector<std::pair<BatchingOptions, ScheduleKind>>& plans, int threads,
+                     BatchingCache& cache, const std::function<void()>& beside,
+                     const std::function<void(planner_detail::FirstPass)>& then) const;
   void walk_token_budget(const GlobalBatch& batch, Choice* choice, std::vector<Choice>* searched) const;
   std::optional<Choice> redeal(const GlobalBatch& batch, const Choice& from, ScheduleKind schedule,
                                double beat_ms) const;
