@@ -28,7 +28,10 @@ int resolve_thread_count(int threads);
 int checked_thread_count(int threads, std::string_view name);
 
 // Runs task(i) for every i in [0, count) on min(resolve_thread_count(threads), count)
-// threads (one: the caller's thread, no thread is started). An exception a task throws is
+// threads (one: the caller's thread, no thread is started). The caller's thread is one of
+// them; the others come from a process-wide pool that keeps its threads, idle, between
+// calls (as many as the most that calls have used at once; a forked child starts with
+// none), so tasks find their allocator's caches warm. An exception a task throws is
 // kept for its index; the result holds one entry per index (null: the task returned, or was
 // skipped). skip(i), when given, is asked just before task i would start (on the thread that
 // would run it): true drops it, e.g. work a failure at a smaller index made useless.
