@@ -55,8 +55,9 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
     }
   }
   // The baselines' cuts (below) do not depend on the DPs: on several threads they are
-  // ranked beside the steps that follow the first pass (rank_from_first_pass), into a list
-  // of their own, which joins `ranked` where one thread ranks them.
+  // ranked beside the first pass's other DP group and the steps after it
+  // (rank_from_first_pass), into a list of their own, which joins `ranked` where one
+  // thread ranks them.
   std::vector<Choice> baseline_ranked;
   // packing-varlen's and token-based's own micro-batches (their 1F1B rule, as they plan
   // themselves), each run as one varlen row, so dynapipe's plan can match the baseline
@@ -166,9 +167,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
   };
   std::vector<Choice> other_mode_cuts;
   // The steps from the first pass's cuts: other modes, lone samples, heads and tails, the
-  // bubble-weight line search and the padded cut. The baselines' cuts do not depend on
-  // them: on several threads they are ranked beside these steps, into a list of their
-  // own, which joins `ranked` where one thread ranks them (after these steps).
+  // bubble-weight line search and the padded cut.
   auto rank_from_first_pass = [&] {
     if (!m.batching.recompute && !m.batching.mixed_recompute && (m.config.dp > 1 || !varlen)) {
       for (const Recompute mode : {Recompute::None, Recompute::Selective, Recompute::Full}) {

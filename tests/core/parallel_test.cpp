@@ -34,24 +34,32 @@ TEST(ParallelTest, EveryIndexRunsOnceAndWritesItsOwnSlot) {
   }
 }
 
+// Runs `threads` tasks on `threads` threads, each waiting (up to 10 s) until all run at
+// once: with the threads asked for, every task runs on its own; fewer time out and show
+// fewer. Each task calls also() first. Returns the threads' ids.
+template <typename Also>
+std::set<std::thread::id> ids_of_tasks_that_meet(int threads, Also&& also) {
+  std::mutex mutex;
+  std::set<std::thread::id> ids;
+  std::atomic<int> running{0};
+  run_indexed(static_cast<std::size_t>(threads), threads, [&](std::size_t) {
+    also();
+    {
+      std::lock_guard lock(mutex);
+      ids.insert(std::this_thread::get_id());
+    }
+    ++running;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (running.load() < threads && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+  });
+  return ids;
+}
+
 TEST(ParallelTest, UsesAsManyThreadsAsAskedAndOneMeansTheCallersThread) {
-  // Each task waits (up to 10 s) until `threads` tasks run at once: with the pool asked for,
-  // every task then ran on its own thread; a smaller pool times out and shows fewer.
   for (int threads : {1, 3}) {
-    std::mutex mutex;
-    std::set<std::thread::id> ids;
-    std::atomic<int> running{0};
-    run_indexed(static_cast<std::size_t>(threads), threads, [&](std::size_t) {
-      {
-        std::lock_guard lock(mutex);
-        ids.insert(std::this_thread::get_id());
-      }
-      ++running;
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (running.load() < threads && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::yield();
-      }
-    });
+    const std::set<std::thread::id> ids = ids_of_tasks_that_meet(threads, [] {});
     EXPECT_EQ(ids.size(), static_cast<std::size_t>(threads));
     if (threads == 1) {
       EXPECT_EQ(*ids.begin(), std::this_thread::get_id());
@@ -74,21 +82,7 @@ thread_local EndCounter t_end_counter;
 TEST(ParallelTest, HelperThreadsLastAcrossCallsAndNestedCallsFinish) {
   const int ended_before = g_threads_ended.load();
   for (int call = 0; call < 10; ++call) {
-    // Two tasks that wait for each other (up to 10 s): each call runs on two threads.
-    std::mutex mutex;
-    std::set<std::thread::id> ids;
-    std::atomic<int> running{0};
-    run_indexed(2, 2, [&](std::size_t) {
-      t_end_counter.touched = true;
-      {
-        std::lock_guard lock(mutex);
-        ids.insert(std::this_thread::get_id());
-      }
-      ++running;
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (running.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-    });
-    EXPECT_EQ(ids.size(), 2u) << call;
+    EXPECT_EQ(ids_of_tasks_that_meet(2, [] { t_end_counter.touched = true; }).size(), 2u) << call;
   }
   EXPECT_EQ(g_threads_ended.load(), ended_before);  // no helper thread ended
 

@@ -135,8 +135,8 @@ TEST(PlannerTest, EveryStrategyCoversTheBatchWithinMemoryDeterministically) {
 }
 
 // PlannerOptions::threads: one plan on several threads (dynapipe's first DPs by varlen
-// order side by side, then the steps from their cuts beside the baselines' cuts) is bit for
-// bit the plan on one, errors included: the DP strategies, both models, dp 2, and a batch
+// order side by side, then the steps from their cuts; the baselines' cuts beside both) is
+// bit for bit the plan on one, errors included: the DP strategies, both models, dp 2, and a batch
 // of many short samples.
 TEST(PlannerTest, OnePlanOnSeveralThreadsIsThePlanOnOne) {
   PlannerOptions threaded;
