@@ -11,13 +11,15 @@
 #   SHUFFLE=1 ITERATIONS=6 bench/issue8_points.sh # the same samples in another order
 #   POINTS="gpt-6.7b 4 80 assets/profiles/gpt-6.7b.h100.measured.json" bench/issue8_points.sh
 #   RECOMPUTE=per-microbatch bench/issue8_points.sh  # every strategy with modes per micro-batch
+#   PARTITION=joint bench/issue8_points.sh          # every strategy on its joint split (minutes)
 #
 # Environment: DYNAPIPE (build/dynapipe), DATA (the bundled dataset), ITERATIONS (3),
 # SHUFFLE (a seed: shuffle DATA's lines first, so the global batches hold other samples;
 # unset: as they are), SEQLENS (1024 2048 4096 8192), PLANNER_THREADS (0: one per hardware
 # thread; the figures are the same for any count), POINTS (other points, ';'-separated, each
 # "MODEL PP GIB COST_MODEL"; the default is the issue's four on analytic A100s), RECOMPUTE
-# (--recompute for every strategy; default auto).
+# (--recompute for every strategy; default auto), PARTITION (--partition for every strategy;
+# default balanced).
 set -euo pipefail
 
 DYNAPIPE=${DYNAPIPE:-build/dynapipe}
@@ -26,6 +28,7 @@ ITERATIONS=${ITERATIONS:-3}
 SEQLENS=${SEQLENS:-"1024 2048 4096 8192"}
 PLANNER_THREADS=${PLANNER_THREADS:-0}
 RECOMPUTE=${RECOMPUTE:-auto}
+PARTITION=${PARTITION:-balanced}
 STRATEGIES=(dynapipe packing packing-varlen token-based dynapipe-padded)
 DEFAULT_POINTS="gpt-6.7b 4 40 analytic:a100-40g;gpt-6.7b 8 40 analytic:a100-40g;t5-11b 8 40 analytic:a100-40g;t5-11b 4 80 analytic:a100-80g"
 IFS=';' read -r -a POINT_LIST <<< "${POINTS:-$DEFAULT_POINTS}"
@@ -47,6 +50,7 @@ PY
 fi
 
 echo "# $DYNAPIPE simulate --samples $SOURCE --iterations $ITERATIONS --schedules auto --recompute $RECOMPUTE" \
+  "--partition $PARTITION" \
   "--strategies $(IFS=,; echo "${STRATEGIES[*]}")${SHUFFLE:+ (lines shuffled, seed $SHUFFLE)}"
 echo "# point: ${STRATEGIES[*]} | fastest other ÷ dynapipe"
 fastest=0 feasible=0
@@ -58,7 +62,7 @@ for seqlen in $SEQLENS; do
     table=$("$DYNAPIPE" simulate --samples "$DATA" --iterations "$ITERATIONS" \
               --strategies "$(IFS=,; echo "${STRATEGIES[*]}")" --schedules auto "${flags[@]}" \
               --pp "$pp" --memory-limit "$gib" --cost-model "$cost" --max-seqlen "$seqlen" \
-              --recompute "$RECOMPUTE" --planner-threads "$PLANNER_THREADS" 2> /dev/null)
+              --recompute "$RECOMPUTE" --partition "$PARTITION" --planner-threads "$PLANNER_THREADS" 2> /dev/null)
     line=$(awk -F'|' -v order="${STRATEGIES[*]}" '
       $3 ~ /auto/ { gsub(/ /, "", $2); gsub(/ /, "", $4); ms[$2] = $4 }
       END {

@@ -10,6 +10,7 @@ H100 presets, the measured H100 profile, or with --card h200 the measured H200 o
   bench/random_points.py strategies --seed 1 --points 80   # dynapipe against each baseline
   bench/random_points.py schedules --seed 3 --points 60    # auto against each named schedule
   bench/random_points.py strategies --seed 1 --recompute per-microbatch  # every strategy so
+  bench/random_points.py strategies --seed 1 --partition joint  # every strategy on its joint split
 
 `strategies` compares each strategy's best schedule (auto) on its own layer split by
 estimated tokens/s (packing-megatron's global batches hold fewer real tokens: its rows are
@@ -82,6 +83,8 @@ def main():
                         help="the measured profiles a point drawn with one uses (the same draws either way)")
     parser.add_argument("--recompute", default="auto",
                         help="--recompute for every strategy (auto, per-microbatch, none, selective, full)")
+    parser.add_argument("--partition", default="balanced", choices=["uniform", "balanced", "joint"],
+                        help="strategies: --partition for every strategy (joint: minutes per point)")
     args = parser.parse_args()
     binary = os.environ.get("DYNAPIPE", os.path.join(ROOT, "build", "dynapipe"))
     if not os.access(binary, os.X_OK):
@@ -96,7 +99,7 @@ def main():
         p = draw(rng, args.card)
         if args.compare == "strategies":
             rows = simulate(binary, p, ",".join(["dynapipe"] + BASELINES), "auto",
-                            ["--recompute", args.recompute])
+                            ["--recompute", args.recompute, "--partition", args.partition])
             mine = rows.get(("dynapipe", "auto"))
             others = {s: row for (s, _), row in rows.items() if s != "dynapipe"}
         else:

@@ -56,7 +56,11 @@ void run_simulate(const SimulateFlags& flags) {
     }
   }
   SamplesCache samples;  // the file is read once for the splits and every row's batches
-  const PlanConfig base = to_plan_config(flags.common, threads, &samples);
+  // Every row's split is chosen below, each on its own row (one that fits nowhere is that
+  // row's "infeasible"), so the base configuration takes none.
+  PlanOptions unsplit = flags.common;
+  unsplit.partition = "uniform";
+  const PlanConfig base = to_plan_config(unsplit, threads, &samples);
   const std::vector<GlobalBatch> batches = load_global_batches(base, samples);
   std::printf("dynapipe simulate: %s, tp %d, pp %d, dp %d, max seqlen %lld, %lld tokens/batch, %s, %zu iterations\n\n",
               base.model.name.c_str(), base.tp, base.pp, base.dp, static_cast<long long>(base.max_seqlen),
@@ -94,11 +98,9 @@ void run_simulate(const SimulateFlags& flags) {
     }
   }
   // Every row on its own best split (docs/partition.md): a baseline compared in its
-  // strongest form, not on the split chosen for --strategy (which `base` has).
+  // strongest form, not on the split chosen for --strategy.
   const std::vector<std::exception_ptr> split_errors =
-      choose_layer_splits(flags.common, base, configs, threads, samples, [&](const PlanConfig& config) {
-        return config.strategy != base.strategy || config.schedule != base.schedule;
-      });
+      choose_layer_splits(flags.common, base, configs, threads, samples);
   std::vector<PlanJob> jobs;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     Row& row = rows[r];

@@ -133,16 +133,16 @@ PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>
   return std::move(results.front().run);
 }
 
-std::vector<std::exception_ptr> choose_layer_splits(
-    const PlanOptions& options, const PlanConfig& base, std::vector<PlanConfig>& configs,
-    int threads, SamplesCache& samples, const std::function<bool(const PlanConfig&)>& wanted) {
+std::vector<std::exception_ptr> choose_layer_splits(const PlanOptions& options, const PlanConfig& base,
+                                                    std::vector<PlanConfig>& configs, int threads,
+                                                    SamplesCache& samples) {
   const std::vector<GlobalBatch> batches = partition_batches(options, base, &samples);
   // Splits read no batches where they are instant (uniform): no line then.
   ProgressLine line(!batches.empty(), [&](std::size_t done) {
     return cat("choosing layer splits: ", done, "/", configs.size());
   });
   return run_indexed(configs.size(), threads, [&](std::size_t i) {
-    if (!wanted || wanted(configs[i])) configs[i].stage_layers = stage_layers_for(options, configs[i], batches);
+    configs[i].stage_layers = stage_layers_for(options, configs[i], batches);
     line.advance();
   });
 }

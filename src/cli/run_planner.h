@@ -50,12 +50,12 @@ PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>
                         const char* label, int threads);
 
 // Sets each configs[i].stage_layers to its own split (stage_layers_for() under `options`'
-// --partition) where wanted(configs[i]) (none given: every one), all on `threads` threads,
-// on the first batches of base's samples (partition_batches(), through `samples`), with
-// progress on an interactive stderr. Returns, per configuration, the error choosing its
-// split threw (null: chosen, or not wanted); the splits are the same for any thread count.
-std::vector<std::exception_ptr> choose_layer_splits(
-    const PlanOptions& options, const PlanConfig& base, std::vector<PlanConfig>& configs,
-    int threads, SamplesCache& samples, const std::function<bool(const PlanConfig&)>& wanted = {});
+// --partition), all on `threads` threads, on the first batches of base's samples
+// (partition_batches(), through `samples`), with progress on an interactive stderr. Returns,
+// per configuration, the error choosing its split threw (null: chosen); the splits are the
+// same for any thread count.
+std::vector<std::exception_ptr> choose_layer_splits(const PlanOptions& options, const PlanConfig& base,
+                                                    std::vector<PlanConfig>& configs, int threads,
+                                                    SamplesCache& samples);
 
 }  // namespace dynapipe::cli

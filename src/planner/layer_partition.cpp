@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/parallel.h"
@@ -121,7 +122,10 @@ std::vector<int> time_only_counts(const PlanConfig& config) {
 }
 
 // Estimated time of the first batches planned under `counts` as plan and simulate plan
-// them (the full search, interleaving included); infinity when infeasible.
+// them (the full search, interleaving included); infinity when infeasible, and when the
+// configured schedule cannot run the split (a one-layer stage under --schedule
+// interleaved): the other candidates may suit it, and where none does, planning on the
+// split chosen then says why.
 double planned_ms(const PlanConfig& config, const std::vector<int>& counts, const std::vector<GlobalBatch>& batches,
                   int num_batches) {
   PlanConfig candidate = config;
@@ -135,26 +139,90 @@ double planned_ms(const PlanConfig& config, const std::vector<int>& counts, cons
     for (int i = 0; i < num_batches; ++i) total += planner.plan_iteration(batches[i]).est_iteration_ms;
     return total;
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::Infeasible) throw;
+    if (e.kind() != ErrorKind::Infeasible && e.kind() != ErrorKind::Unsupported) throw;
     return kInfinity;
   }
 }
 
-// balanced: without batches, the memory-ruled split of one --max-seqlen row (the time-only
-// split where none fits). With batches, the fastest as planned on the first of them (the
-// planner's full search, interleaving included; ties keep the earlier) of: the uniform
-// split, the time-only split of one --max-seqlen row, and the memory-ruled splits of the
-// batches' work under the memory limit and under half of it. The work balance alone
-// misleads both ways: it ignores zb1p's memory rule (pp in flight on every stage),
-// interleaving, which suits even splits, and how small the micro-batches must get on a
-// stage its weights nearly fill.
-std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
-                                 const LayerPartitionOptions& options) {
-  if (batches.empty()) {
-    const std::vector<std::vector<int>> ruled = memory_ruled_splits(config, {});
-    return ruled.empty() ? time_only_counts(config) : ruled.front();
+// A split and its planned time (planned_ms()).
+struct ScoredSplit {
+  std::vector<int> counts;
+  double ms = kInfinity;
+};
+
+// `splits` planned on `threads` at once; the first error in their order is thrown, as
+// planning them in turn would.
+std::vector<double> planned_ms_of(const PlanConfig& config, const std::vector<std::vector<int>>& splits,
+                                  const std::vector<GlobalBatch>& batches, int num_batches, int threads) {
+  std::vector<double> ms(splits.size());
+  const std::vector<std::exception_ptr> errors = run_indexed(splits.size(), threads, [&](std::size_t c) {
+    ms[c] = planned_ms(config, splits[c], batches, num_batches);
+  });
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
   }
-  const int num_batches = std::min<int>(std::max(options.joint_batches, 1), static_cast<int>(batches.size()));
+  return ms;
+}
+
+// The fastest of `moves` if it plans faster than `from` by more than rounding; ties keep
+// the earlier. The moves are planned on `threads` at once.
+std::optional<ScoredSplit> fastest_move(const PlanConfig& config, const ScoredSplit& from,
+                                        const std::vector<std::vector<int>>& moves,
+                                        const std::vector<GlobalBatch>& batches, int num_batches, int threads) {
+  const std::vector<double> ms = planned_ms_of(config, moves, batches, num_batches, threads);
+  std::optional<ScoredSplit> best;
+  double best_ms = from.ms;
+  for (std::size_t k = 0; k < moves.size(); ++k) {
+    if (ms[k] < best_ms * (1 - 1e-9)) {
+      best = ScoredSplit{moves[k], ms[k]};
+      best_ms = ms[k];
+    }
+  }
+  return best;
+}
+
+// The splits one stage boundary away from `counts`, moved by one layer: the boundaries in
+// order, each first to the left.
+std::vector<std::vector<int>> boundary_moves(const std::vector<int>& counts) {
+  std::vector<std::vector<int>> moves;
+  for (std::size_t boundary = 0; boundary + 1 < counts.size(); ++boundary) {
+    for (int direction : {-1, +1}) {
+      std::vector<int> moved = counts;
+      moved[boundary] += direction;
+      moved[boundary + 1] -= direction;
+      if (moved[boundary] >= 1 && moved[boundary + 1] >= 1) moves.push_back(std::move(moved));
+    }
+  }
+  return moves;
+}
+
+// The splits where one stage gives a layer to another at least two stages away (every
+// boundary between them moved by one layer, in the same direction): from the first stage
+// to the last, in order.
+std::vector<std::vector<int>> layer_transfers(const std::vector<int>& counts) {
+  std::vector<std::vector<int>> moves;
+  const std::size_t stages = counts.size();
+  for (std::size_t from = 0; from < stages; ++from) {
+    if (counts[from] < 2) continue;
+    for (std::size_t to = 0; to < stages; ++to) {
+      if ((from > to ? from - to : to - from) < 2) continue;
+      std::vector<int> moved = counts;
+      --moved[from];
+      ++moved[to];
+      moves.push_back(std::move(moved));
+    }
+  }
+  return moves;
+}
+
+// balanced with batches: the fastest as planned on the first of them (the planner's full
+// search, interleaving included; ties keep the earlier) of: the uniform split, the time-only
+// split of one --max-seqlen row, and the memory-ruled splits of the batches' work under the
+// memory limit and under half of it. The work balance alone misleads both ways: it ignores
+// zb1p's memory rule (pp in flight on every stage), interleaving, which suits even splits,
+// and how small the micro-batches must get on a stage its weights nearly fill.
+ScoredSplit best_candidate_split(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
+                                 int num_batches, int threads) {
   const std::vector<GlobalBatch> first(batches.begin(), batches.begin() + num_batches);
   std::vector<std::vector<int>> candidates = {layers_per_stage(assign_layers_uniform(config.model, config.pp)),
                                               time_only_counts(config)};
@@ -168,64 +236,60 @@ std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<Glo
   for (std::vector<int>& c : candidates) {
     if (std::find(distinct.begin(), distinct.end(), c) == distinct.end()) distinct.push_back(std::move(c));
   }
-  // Planned on options.threads at once; the first fastest wins (ties keep the earlier), and
-  // the first error in candidate order is thrown, as planning them in turn would.
-  std::vector<double> ms(distinct.size());
-  const std::vector<std::exception_ptr> errors = run_indexed(distinct.size(), options.threads, [&](std::size_t c) {
-    ms[c] = planned_ms(config, distinct[c], batches, num_batches);
-  });
-  for (const std::exception_ptr& error : errors) {
-    if (error) std::rethrow_exception(error);
-  }
-  return distinct[static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin())];
+  const std::vector<double> ms = planned_ms_of(config, distinct, batches, num_batches, threads);
+  const std::size_t best = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+  return {distinct[best], ms[best]};
 }
 
+int searched_batches(const std::vector<GlobalBatch>& batches, const LayerPartitionOptions& options) {
+  return std::min<int>(std::max(options.joint_batches, 1), static_cast<int>(batches.size()));
+}
+
+// balanced: without batches, the memory-ruled split of one --max-seqlen row (the time-only
+// split where none fits); with batches, the best candidate (best_candidate_split()). Its
+// candidates are the same for every strategy, which joint's moves are not: each strategy's
+// own plans steer them (docs/partition.md, "Moves and the comparison").
+std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
+                                 const LayerPartitionOptions& options) {
+  if (batches.empty()) {
+    const std::vector<std::vector<int>> ruled = memory_ruled_splits(config, {});
+    return ruled.empty() ? time_only_counts(config) : ruled.front();
+  }
+  return best_candidate_split(config, batches, searched_batches(batches, options), options.threads).counts;
+}
+
+// joint: balanced's search, then one-layer moves for as long as one plans faster (a local
+// optimum over boundary moves and layer transfers), options.joint_max_rounds rounds at
+// most. The uniform split is among balanced's candidates, so the search starts from the
+// better of uniform and balanced.
 std::vector<int> joint_counts(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
                               const LayerPartitionOptions& options) {
   if (batches.empty()) throw Error(ErrorKind::InvalidArgument, "--partition joint needs at least one global batch");
-  const int num_batches = std::min<int>(std::max(options.joint_batches, 1), static_cast<int>(batches.size()));
+  const int num_batches = searched_batches(batches, options);
   // Scored as plan and simulate plan them (interleaving included): scored without it, the
   // search can leave a split interleaving suits for one it does not (T5-11B pp 4 80 GiB
   // analytic A100, 4096: 12,12,12,12 planned 10,667.3 ms, joint's 12,11,13,12 10,979.9).
-  auto score = [&](const std::vector<int>& counts) { return planned_ms(config, counts, batches, num_batches); };
-
-  std::vector<int> best = layers_per_stage(assign_layers_uniform(config.model, config.pp));
-  double best_ms = score(best);
-  const std::vector<int> balanced = balanced_counts(config, batches, options);
-  if (balanced != best) {
-    const double balanced_ms = score(balanced);
-    if (balanced_ms < best_ms) {
-      best = balanced;
-      best_ms = balanced_ms;
-    }
-  }
+  ScoredSplit best = best_candidate_split(config, batches, num_batches, options.threads);
   for (int round = 0; round < options.joint_max_rounds; ++round) {
-    std::vector<int> round_best = best;
-    double round_best_ms = best_ms;
-    for (int boundary = 0; boundary + 1 < config.pp; ++boundary) {
-      for (int direction : {-1, +1}) {
-        // Move one layer across the boundary between stages `boundary` and `boundary + 1`.
-        std::vector<int> counts = best;
-        counts[boundary] += direction;
-        counts[boundary + 1] -= direction;
-        if (counts[boundary] < 1 || counts[boundary + 1] < 1) continue;
-        const double ms = score(counts);
-        if (ms < round_best_ms * (1 - 1e-9)) {
-          round_best = counts;
-          round_best_ms = ms;
-        }
-      }
+    std::optional<ScoredSplit> moved =
+        fastest_move(config, best, boundary_moves(best.counts), batches, num_batches, options.threads);
+    // Where no boundary move helps, a layer given to a stage further away: two or more
+    // boundary moves at once, each of which alone can plan slower (GPT-6.7B pp 8, 40 GiB,
+    // 8192, analytic A100: dynapipe's boundary moves stopped at the uniform split, 5348.0
+    // ms, while token-based's reached 3,4,4,5,4,4,4,4, on which dynapipe plans 5226.3;
+    // with transfers dynapipe reaches 5091.7).
+    if (!moved) {
+      moved = fastest_move(config, best, layer_transfers(best.counts), batches, num_batches, options.threads);
     }
-    if (round_best == best) break;
-    best = round_best;
-    best_ms = round_best_ms;
+    if (!moved) break;
+    best = std::move(*moved);
   }
-  if (std::isinf(best_ms)) {
+  if (std::isinf(best.ms)) {
     throw Error(ErrorKind::Infeasible,
                 cat("--partition joint: no split of ", config.model.name, " over ", config.pp,
                     " stages that the search tried fits --memory-limit"));
   }
-  return best;
+  return best.counts;
 }
 
 // The largest static memory (weights, gradients, optimizer states) of a stage under `counts`.

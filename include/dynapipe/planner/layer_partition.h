@@ -10,8 +10,13 @@
 //             time-only one;
 //   joint     the split minimising the estimated iteration time of the first global
 //             batches as the planner plans them under that split (dynamic micro-batching and
-//             schedule included): a local search moving one stage boundary by one layer at a
-//             time, from the better of uniform and balanced.
+//             schedule included): a local search from the better of uniform and balanced,
+//             moving one stage boundary by one layer at a time and, where no such move
+//             helps, giving one stage's layer to a stage further away; each round's moves
+//             planned at once.
+//
+// balanced and joint pass over a candidate split the configured schedule cannot run (a
+// one-layer stage under --schedule interleaved); where none suits it, the planner says why.
 //
 // The result goes to PlanConfig::stage_layers, which the cost model, the stage models and
 // the plan file read; a split equal to the uniform one is returned empty, so plans of
@@ -38,8 +43,8 @@ std::vector<std::string> layer_partition_names();
 struct LayerPartitionOptions {
   int joint_batches = 4;  // balanced, joint: global batches (from the first) each split is planned on
   int joint_max_rounds = 64;  // joint: local-search rounds at most
-  // balanced: threads planning the candidate splits at once (0: one per hardware thread);
-  // the split chosen is the same for any count.
+  // balanced, joint: threads planning the candidate splits (a joint round's moves) at once
+  // (0: one per hardware thread); the split chosen is the same for any count.
   int threads = 1;
 };
 
