@@ -55,6 +55,8 @@ void run_simulate(const SimulateFlags& flags) {
                       ", got \"", schedule, "\""));
     }
   }
+  // The flags as given (--partition too) before any samples are read.
+  validate_plan_options(flags.common);
   SamplesCache samples;  // the file is read once for the splits and every row's batches
   // Every row's split is chosen below, each on its own row (one that fits nowhere is that
   // row's "infeasible"), so the base configuration takes none.
