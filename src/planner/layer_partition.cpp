@@ -271,16 +271,17 @@ std::vector<int> joint_counts(const PlanConfig& config, const std::vector<Global
   // analytic A100, 4096: 12,12,12,12 planned 10,667.3 ms, joint's 12,11,13,12 10,979.9).
   ScoredSplit best = best_candidate_split(config, batches, num_batches, options.threads);
   for (int round = 0; round < options.joint_max_rounds; ++round) {
-    std::optional<ScoredSplit> moved =
-        fastest_move(config, best, boundary_moves(best.counts), batches, num_batches, options.threads);
-    // Where no boundary move helps, a layer given to a stage further away: two or more
-    // boundary moves at once, each of which alone can plan slower (GPT-6.7B pp 8, 40 GiB,
-    // 8192, analytic A100: dynapipe's boundary moves stopped at the uniform split, 5348.0
-    // ms, while token-based's reached 3,4,4,5,4,4,4,4, on which dynapipe plans 5226.3;
-    // with transfers dynapipe reaches 5091.7).
-    if (!moved) {
-      moved = fastest_move(config, best, layer_transfers(best.counts), batches, num_batches, options.threads);
-    }
+    // Each round the fastest of every boundary move and every layer transfer (a layer given
+    // to a stage two or more away: several boundary moves at once, each of which alone can
+    // plan slower). Transfers tried only where no boundary move helps stopped at the
+    // uniform split at GPT-6.7B pp 8, 40 GiB, 8192 (analytic A100); tried after the boundary
+    // moves, they came too late at GPT-6.7B pp 8, 80 GiB, 4096, 131,072 tokens (analytic
+    // H100): one small boundary move after another led to 4,4,5,3,4,5,3,4 (1708.3 ms over
+    // its first 4 batches) while the last stage giving a layer to the second,
+    // 4,5,4,4,4,4,4,3, plans 1633.9. Ties keep the earlier: boundary moves first.
+    std::vector<std::vector<int>> moves = boundary_moves(best.counts);
+    for (std::vector<int>& transfer : layer_transfers(best.counts)) moves.push_back(std::move(transfer));
+    std::optional<ScoredSplit> moved = fastest_move(config, best, moves, batches, num_batches, options.threads);
     if (!moved) break;
     best = std::move(*moved);
   }
