@@ -14,6 +14,8 @@
 #include "cli/run_planner.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
+#include "dynapipe/core/strings.h"
+#include "dynapipe/cost/model_spec.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/plan/plan_json.h"
 #include "dynapipe/report/iteration_stats.h"
@@ -54,8 +56,15 @@ ScheduleOrder order_from_timeline(const std::vector<TimedOp>& timeline, int num_
   return order;
 }
 
+// The layers per stage `config` plans on, as simulate's column shows them ("6,6,6,6").
+std::string layers_column(const PlanConfig& config) {
+  return join(layers_per_stage(config.stage_layers.empty() ? assign_layers_uniform(config.model, config.pp)
+                                                           : config.stage_layers),
+              ",");
+}
+
 void add_summary_row(TextTable& table, const std::string& strategy, const PlannedRun& run,
-                     double baseline_ms) {
+                     double baseline_ms, const std::string& layers) {
   double microbatches = 0;
   for (const IterationPlan& it : run.iterations) {
     for (const ReplicaPlan& r : it.replicas) microbatches += r.microbatches.size();
@@ -68,7 +77,7 @@ void add_summary_row(TextTable& table, const std::string& strategy, const Planne
                  baseline_ms > 0 ? format_fixed(baseline_ms / run.summary.mean_est_iteration_ms, 2) + "x"
                                  : "-",
                  format_fixed(run.summary.mean_planning_ms, 2),
-                 format_fixed(run.summary.p99_planning_ms, 2)});
+                 format_fixed(run.summary.p99_planning_ms, 2), layers});
 }
 
 void run_plan(const PlanFlags& flags) {
@@ -116,10 +125,15 @@ void run_plan(const PlanFlags& flags) {
   std::printf("%zu iterations planned; plan written to %s\n\n", plan.iterations.size(),
               flags.out.c_str());
   TextTable table({"strategy", "micro-batches/iter", "padding eff.", "est. iter ms",
-                   "est. tokens/s", "speed-up vs packing", "plan ms (mean)", "plan ms (p99)"});
-  std::vector<std::pair<std::string, PlannedRun>> runs;
-  runs.emplace_back(std::string(strategy_name(config.strategy)), PlannedRun{{}, plan.summary});
-  runs.back().second.iterations = plan.iterations;
+                   "est. tokens/s", "speed-up vs packing", "plan ms (mean)", "plan ms (p99)", "layers/stage"});
+  struct Run {
+    std::string name;
+    PlannedRun run;
+    std::string layers;  // its split (each strategy's own under balanced and joint)
+  };
+  std::vector<Run> runs;
+  runs.push_back({std::string(strategy_name(config.strategy)), PlannedRun{{}, plan.summary}, layers_column(config)});
+  runs.back().run.iterations = plan.iterations;
   if (flags.compare) {
     // Every baseline's iterations planned at once, reported in table order.
     struct Baseline {
@@ -165,14 +179,14 @@ void run_plan(const PlanFlags& flags) {
         std::fprintf(stderr, "%s: infeasible: %s\n", baseline.name.c_str(), e.what());
         continue;
       }
-      runs.emplace_back(baseline.name, std::move(results[baseline.job].run));
+      runs.push_back({baseline.name, std::move(results[baseline.job].run), layers_column(jobs[baseline.job].config)});
     }
   }
   double packing_ms = 0;
-  for (const auto& [name, run] : runs) {
-    if (name == "packing") packing_ms = run.summary.mean_est_iteration_ms;
+  for (const Run& r : runs) {
+    if (r.name == "packing") packing_ms = r.run.summary.mean_est_iteration_ms;
   }
-  for (const auto& [name, run] : runs) add_summary_row(table, name, run, packing_ms);
+  for (const Run& r : runs) add_summary_row(table, r.name, r.run, packing_ms, r.layers);
   std::cout << table.to_markdown();
 }
 

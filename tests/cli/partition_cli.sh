@@ -2,7 +2,8 @@
 # `dynapipe partition` end to end: --summary-json is one JSON line with PipeDream's optimum;
 # --model exports a transformer's layers (the straight pipeline on a fast link is the
 # balanced split, 9,10,13,16 for T5-11B at 1024/256 tokens, as tests/cost checks); the
-# exported graph.txt reads back to the same stages.
+# exported graph.txt reads back to the same stages. `plan`'s table shows the split each
+# strategy planned on, the one its plan file records.
 #   partition_cli.sh DYNAPIPE SOURCE_DIR
 set -euo pipefail
 dynapipe=$1
@@ -25,4 +26,16 @@ states=$(grep -o '"states":\[[0-9]*,[0-9]*\]' "$work/t5" | tr -d '"states:[]' | 
 "$dynapipe" partition --graph-txt "$work/t5.graph.txt" --workers 4 --bandwidth 1e15 --straight --summary-json >"$work/again"
 again=$(grep -o '"states":\[[0-9]*,[0-9]*\]' "$work/again" | tr -d '"states:[]' | tr '\n' ' ')
 [ "$again" = "$states" ] || fail "re-read graph.txt stages: $again"
+# T5-11B pp 8 at 40 GiB, 2048 / 512: balanced's split is not uniform (docs/partition.md).
+plan_layers() {  # PARTITION: the dynapipe row's layers/stage column, then the plan file's
+  "$dynapipe" plan --samples "$root/assets/flan_like_mix.jsonl.gz" --model t5-11b --pp 8 --memory-limit 40 \
+    --cost-model analytic:a100-40g --max-seqlen 2048 --max-target-len 512 --global-batch-tokens 65536 \
+    --iterations 1 --partition "$1" --no-compare --out "$work/plan.json" >"$work/plan.txt"
+  grep '^| dynapipe ' "$work/plan.txt" | awk -F'|' '{ gsub(/ /, "", $10); print $10 }'
+  tr -d ' \n' <"$work/plan.json" | grep -o '"layers_per_stage":\[[0-9,]*\]' | tr -d '"layers_per_stage:[]' || true
+}
+balanced=$(plan_layers balanced | tr '\n' ' ')
+[ "$balanced" = "4,4,4,4,5,9,9,9 4,4,4,4,5,9,9,9 " ] || fail "plan --partition balanced layers: $balanced"
+uniform=$(plan_layers uniform | tr '\n' ' ')
+[ "$uniform" = "6,6,6,6,6,6,6,6 " ] || fail "plan --partition uniform layers (no layers_per_stage in the file): $uniform"
 echo "partition cli ok"
