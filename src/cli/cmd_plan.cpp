@@ -83,7 +83,7 @@ void add_summary_row(TextTable& table, const std::string& strategy, const Planne
 void run_plan(const PlanFlags& flags) {
   const int threads = checked_planner_threads(flags.planner_threads);
   SamplesCache samples;  // the file is read once for the split, the batches and the baselines
-  PlanConfig config = to_plan_config(flags.common, threads, &samples);
+  PlanConfig config = to_plan_config_with_progress(flags.common, threads, samples);
   const std::vector<GlobalBatch> batches = load_global_batches(config, samples);
   PlannedRun chosen =
       plan_batches(config, batches, std::string(strategy_name(config.strategy)).c_str(), threads);

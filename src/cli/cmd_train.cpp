@@ -12,6 +12,7 @@
 
 #include "cli/command.h"
 #include "cli/flags.h"
+#include "cli/run_planner.h"
 #include "cli/torch_commands.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
@@ -112,7 +113,8 @@ void setup_train(CLI::App& app) {
   cmd->callback([args] {
     auto& options = args->options;
     options.samples = std::make_shared<SamplesCache>();  // one read for the split and the data
-    options.plan = to_plan_config(args->common, 1, options.samples.get());
+    options.plan = args->no_progress ? to_plan_config(args->common, 1, options.samples.get())
+                                     : to_plan_config_with_progress(args->common, 1, *options.samples);
     if (options.plan.tp > 1) {
       // The runtime's stage models hold whole layers; nothing splits a layer over devices.
       throw Error(ErrorKind::Unsupported,

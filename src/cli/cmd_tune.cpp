@@ -12,6 +12,7 @@
 
 #include "cli/command.h"
 #include "cli/flags.h"
+#include "cli/run_planner.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
@@ -63,7 +64,7 @@ std::string point_recompute(const TunePoint& p) {
 void run_tune(const TuneFlags& flags) {
   TuneOptions options;
   SamplesCache samples;  // the file is read once for the split and the grid
-  options.base = to_plan_config(flags.plan, 1, &samples);
+  options.base = to_plan_config_with_progress(flags.plan, 1, samples);
   const PlanConfig& base = options.base;
   options.gpus = flags.gpus;
   options.iterations = flags.iterations;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -36,10 +37,15 @@ class ProgressLine {
   }
 
   bool enabled() const { return enabled_; }
-  void advance() {
+  void advance() { update(1); }
+  // Shows the line again without advancing it (its format may read other counters).
+  void refresh() { update(0); }
+
+ private:
+  void update(std::size_t step) {
     if (!enabled_) return;
     const std::lock_guard lock(mutex_);
-    ++done_;
+    done_ += step;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_report_ > std::chrono::milliseconds(200)) {
       std::fprintf(stderr, "\r%s", format_(done_).c_str());
@@ -47,7 +53,6 @@ class ProgressLine {
     }
   }
 
- private:
   bool enabled_;
   std::function<std::string(std::size_t)> format_;
   std::mutex mutex_;
@@ -133,16 +138,29 @@ PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>
   return std::move(results.front().run);
 }
 
+PlanConfig to_plan_config_with_progress(const PlanOptions& options, int threads, SamplesCache& samples) {
+  std::atomic<std::size_t> splits{0};
+  ProgressLine line(true, [&](std::size_t) { return cat("choosing the layer split: ", splits.load(), " splits planned"); });
+  return to_plan_config(options, threads, &samples, [&] {
+    ++splits;
+    line.refresh();
+  });
+}
+
 std::vector<std::exception_ptr> choose_layer_splits(const PlanOptions& options, const PlanConfig& base,
                                                     std::vector<PlanConfig>& configs, int threads,
                                                     SamplesCache& samples) {
   const std::vector<GlobalBatch> batches = partition_batches(options, base, &samples);
   // Splits read no batches where they are instant (uniform): no line then.
+  std::atomic<std::size_t> splits{0};
   ProgressLine line(!batches.empty(), [&](std::size_t done) {
-    return cat("choosing layer splits: ", done, "/", configs.size());
+    return cat("choosing layer splits: ", done, "/", configs.size(), " (", splits.load(), " splits planned)");
   });
   return run_indexed(configs.size(), threads, [&](std::size_t i) {
-    configs[i].stage_layers = stage_layers_for(options, configs[i], batches);
+    configs[i].stage_layers = stage_layers_for(options, configs[i], batches, 1, [&] {
+      ++splits;
+      line.refresh();
+    });
     line.advance();
   });
 }

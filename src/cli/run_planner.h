@@ -49,6 +49,10 @@ std::vector<PlanJobResult> plan_jobs(const std::vector<PlanJob>& jobs, int threa
 PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
                         const char* label, int threads);
 
+// to_plan_config() with a progress line on an interactive stderr while `--partition
+// balanced` or `joint` plans candidate splits (joint's search can take tens of seconds).
+PlanConfig to_plan_config_with_progress(const PlanOptions& options, int threads, SamplesCache& samples);
+
 // Sets each configs[i].stage_layers to its own split (stage_layers_for() under `options`'
 // --partition), all on `threads` threads, on the first batches of base's samples
 // (partition_batches(), through `samples`), with progress on an interactive stderr. Returns,

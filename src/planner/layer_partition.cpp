@@ -150,13 +150,15 @@ struct ScoredSplit {
   double ms = kInfinity;
 };
 
-// `splits` planned on `threads` at once; the first error in their order is thrown, as
-// planning them in turn would.
+// `splits` planned on options.threads at once, options.split_planned called after each;
+// the first error in their order is thrown, as planning them in turn would.
 std::vector<double> planned_ms_of(const PlanConfig& config, const std::vector<std::vector<int>>& splits,
-                                  const std::vector<GlobalBatch>& batches, int num_batches, int threads) {
+                                  const std::vector<GlobalBatch>& batches, int num_batches,
+                                  const LayerPartitionOptions& options) {
   std::vector<double> ms(splits.size());
-  const std::vector<std::exception_ptr> errors = run_indexed(splits.size(), threads, [&](std::size_t c) {
+  const std::vector<std::exception_ptr> errors = run_indexed(splits.size(), options.threads, [&](std::size_t c) {
     ms[c] = planned_ms(config, splits[c], batches, num_batches);
+    if (options.split_planned) options.split_planned();
   });
   for (const std::exception_ptr& error : errors) {
     if (error) std::rethrow_exception(error);
@@ -165,11 +167,12 @@ std::vector<double> planned_ms_of(const PlanConfig& config, const std::vector<st
 }
 
 // The fastest of `moves` if it plans faster than `from` by more than rounding; ties keep
-// the earlier. The moves are planned on `threads` at once.
+// the earlier. The moves are planned on options.threads at once.
 std::optional<ScoredSplit> fastest_move(const PlanConfig& config, const ScoredSplit& from,
                                         const std::vector<std::vector<int>>& moves,
-                                        const std::vector<GlobalBatch>& batches, int num_batches, int threads) {
-  const std::vector<double> ms = planned_ms_of(config, moves, batches, num_batches, threads);
+                                        const std::vector<GlobalBatch>& batches, int num_batches,
+                                        const LayerPartitionOptions& options) {
+  const std::vector<double> ms = planned_ms_of(config, moves, batches, num_batches, options);
   std::optional<ScoredSplit> best;
   double best_ms = from.ms;
   for (std::size_t k = 0; k < moves.size(); ++k) {
@@ -222,7 +225,7 @@ std::vector<std::vector<int>> layer_transfers(const std::vector<int>& counts) {
 // zb1p's memory rule (pp in flight on every stage), interleaving, which suits even splits,
 // and how small the micro-batches must get on a stage its weights nearly fill.
 ScoredSplit best_candidate_split(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
-                                 int num_batches, int threads) {
+                                 int num_batches, const LayerPartitionOptions& options) {
   const std::vector<GlobalBatch> first(batches.begin(), batches.begin() + num_batches);
   std::vector<std::vector<int>> candidates = {layers_per_stage(assign_layers_uniform(config.model, config.pp)),
                                               time_only_counts(config)};
@@ -236,7 +239,7 @@ ScoredSplit best_candidate_split(const PlanConfig& config, const std::vector<Glo
   for (std::vector<int>& c : candidates) {
     if (std::find(distinct.begin(), distinct.end(), c) == distinct.end()) distinct.push_back(std::move(c));
   }
-  const std::vector<double> ms = planned_ms_of(config, distinct, batches, num_batches, threads);
+  const std::vector<double> ms = planned_ms_of(config, distinct, batches, num_batches, options);
   const std::size_t best = static_cast<std::size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
   return {distinct[best], ms[best]};
 }
@@ -255,7 +258,7 @@ std::vector<int> balanced_counts(const PlanConfig& config, const std::vector<Glo
     const std::vector<std::vector<int>> ruled = memory_ruled_splits(config, {});
     return ruled.empty() ? time_only_counts(config) : ruled.front();
   }
-  return best_candidate_split(config, batches, searched_batches(batches, options), options.threads).counts;
+  return best_candidate_split(config, batches, searched_batches(batches, options), options).counts;
 }
 
 // joint: balanced's search, then one-layer moves for as long as one plans faster (a local
@@ -269,7 +272,7 @@ std::vector<int> joint_counts(const PlanConfig& config, const std::vector<Global
   // Scored as plan and simulate plan them (interleaving included): scored without it, the
   // search can leave a split interleaving suits for one it does not (T5-11B pp 4 80 GiB
   // analytic A100, 4096: 12,12,12,12 planned 10,667.3 ms, joint's 12,11,13,12 10,979.9).
-  ScoredSplit best = best_candidate_split(config, batches, num_batches, options.threads);
+  ScoredSplit best = best_candidate_split(config, batches, num_batches, options);
   for (int round = 0; round < options.joint_max_rounds; ++round) {
     // Each round the fastest of every boundary move and every layer transfer (a layer given
     // to a stage two or more away: several boundary moves at once, each of which alone can
@@ -281,7 +284,7 @@ std::vector<int> joint_counts(const PlanConfig& config, const std::vector<Global
     // 4,5,4,4,4,4,4,3, plans 1633.9. Ties keep the earlier: boundary moves first.
     std::vector<std::vector<int>> moves = boundary_moves(best.counts);
     for (std::vector<int>& transfer : layer_transfers(best.counts)) moves.push_back(std::move(transfer));
-    std::optional<ScoredSplit> moved = fastest_move(config, best, moves, batches, num_batches, options.threads);
+    std::optional<ScoredSplit> moved = fastest_move(config, best, moves, batches, num_batches, options);
     if (!moved) break;
     best = std::move(*moved);
   }

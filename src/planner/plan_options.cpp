@@ -165,7 +165,8 @@ void validate_plan_options(const PlanOptions& options) {
   }
 }
 
-PlanConfig to_plan_config(const PlanOptions& options, int threads, SamplesCache* samples) {
+PlanConfig to_plan_config(const PlanOptions& options, int threads, SamplesCache* samples,
+                          const std::function<void()>& split_planned) {
   validate_plan_options(options);
   PlanConfig config;
   config.model = load_model_spec(options.model);
@@ -193,7 +194,7 @@ PlanConfig to_plan_config(const PlanOptions& options, int threads, SamplesCache*
     config.recompute = parse_recompute(options.recompute);
   }
   config.vertical_sync = options.vertical_sync == 1;
-  config.stage_layers = stage_layers_for(options, config, threads, samples);
+  config.stage_layers = stage_layers_for(options, config, threads, samples, split_planned);
   config.stage_replicas = parse_stage_replicas(options.replicas, config.pp);
   return config;
 }
@@ -228,15 +229,17 @@ std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const Pla
 }
 
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,
-                                          const std::vector<GlobalBatch>& batches, int threads) {
+                                          const std::vector<GlobalBatch>& batches, int threads,
+                                          const std::function<void()>& split_planned) {
   LayerPartitionOptions partition_options;
   partition_options.threads = threads;
+  partition_options.split_planned = split_planned;
   return choose_stage_layers(config, partition_of(options), batches, partition_options);
 }
 
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config, int threads,
-                                          SamplesCache* samples) {
-  return stage_layers_for(options, config, partition_batches(options, config, samples), threads);
+                                          SamplesCache* samples, const std::function<void()>& split_planned) {
+  return stage_layers_for(options, config, partition_batches(options, config, samples), threads, split_planned);
 }
 
 }  // namespace dynapipe

@@ -38,4 +38,12 @@ balanced=$(plan_layers balanced | tr '\n' ' ')
 [ "$balanced" = "4,4,4,4,5,9,9,9 4,4,4,4,5,9,9,9 " ] || fail "plan --partition balanced layers: $balanced"
 uniform=$(plan_layers uniform | tr '\n' ' ')
 [ "$uniform" = "6,6,6,6,6,6,6,6 " ] || fail "plan --partition uniform layers (no layers_per_stage in the file): $uniform"
+# On an interactive stderr joint's search shows a progress line (it can take tens of
+# seconds); `script` gives the command a terminal where util-linux has it.
+if command -v script >/dev/null; then
+  script -qec "'$dynapipe' plan --samples '$root/assets/flan_like_mix.jsonl.gz' --model gpt-6.7b --pp 4 \
+    --memory-limit 40 --max-seqlen 1024 --global-batch-tokens 65536 --iterations 1 --partition joint \
+    --no-compare --out '$work/joint.json'" /dev/null >"$work/tty.txt" 2>&1 || fail "plan --partition joint on a terminal"
+  grep -aq 'choosing the layer split: [0-9]* splits planned' "$work/tty.txt" || fail "no progress line for joint's search"
+fi
 echo "partition cli ok"

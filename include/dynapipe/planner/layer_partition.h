@@ -23,6 +23,7 @@
 // uniform splits stay what they were.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,6 +47,9 @@ struct LayerPartitionOptions {
   // balanced, joint: threads planning the candidate splits (a joint round's moves) at once
   // (0: one per hardware thread); the split chosen is the same for any count.
   int threads = 1;
+  // balanced, joint: called after each split is planned, from the thread that planned it
+  // (progress; must be thread-safe). Empty: none.
+  std::function<void()> split_planned;
 };
 
 // The stage layers for `config` (its stage_layers ignored); empty means uniform. `batches`

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -84,8 +85,9 @@ void validate_plan_options(const PlanOptions& options);
 // threads: planning the layer split's candidates at once (LayerPartitionOptions::threads).
 // samples: where the split reads the samples file (null: read here, once per call), so
 // a command that reads the file again for its batches reads it once.
+// split_planned: LayerPartitionOptions::split_planned, progress while the split is chosen.
 PlanConfig to_plan_config(const PlanOptions& options, int threads = 1,
-                          SamplesCache* samples = nullptr);
+                          SamplesCache* samples = nullptr, const std::function<void()>& split_planned = {});
 
 // The layer split `options.partition` chooses for `config`'s own strategy and schedule,
 // as to_plan_config() chooses it for options.strategy and options.schedule: `plan`'s
@@ -93,7 +95,8 @@ PlanConfig to_plan_config(const PlanOptions& options, int threads = 1,
 // baseline is compared in its strongest form (docs/partition.md). Empty means uniform.
 // Reads the samples file (through `samples`, when given) when the partition needs it.
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,
-                                          int threads = 1, SamplesCache* samples = nullptr);
+                                          int threads = 1, SamplesCache* samples = nullptr,
+                                          const std::function<void()>& split_planned = {});
 
 // The global batches options.partition chooses a split on for `config` (the first
 // LayerPartitionOptions::joint_batches of its samples; none where it reads no samples:
@@ -105,6 +108,7 @@ std::vector<GlobalBatch> partition_batches(const PlanOptions& options, const Pla
 
 // stage_layers_for() on batches partition_batches() read for the same samples and limits.
 std::vector<StageLayers> stage_layers_for(const PlanOptions& options, const PlanConfig& config,
-                                          const std::vector<GlobalBatch>& batches, int threads = 1);
+                                          const std::vector<GlobalBatch>& batches, int threads = 1,
+                                          const std::function<void()>& split_planned = {});
 
 }  // namespace dynapipe
