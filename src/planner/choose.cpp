@@ -330,10 +330,14 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   constexpr double kBaselineWindow = 1.10;
   // Where the devices idle little the orders matter less: 2% there (it was everywhere;
   // GPT-6.7B pp 4 plans idle ~9%), which saves ~8% of their planning time and changed no
-  // issue-8 plan.
+  // issue-8 plan. Not with dp > 1, where the walked token budgets (rank_dp_plans()) give
+  // cuts whose permuted orders gain most: at GPT-6.7B pp 4 dp 4 (H100 preset, 80 GiB,
+  // 2048, 262,144 tokens) a 36-micro-batch cut ranked 1622.0 ms ran 1535.0 in full, which
+  // `--schedule critical-path` (its plan idling 0.17) searched and auto (0.14) did not;
+  // +4.7% of that plan's instructions.
   constexpr double kLowIdleBaselineWindow = 1.02, kLowIdleShare = 0.15;
   const double base_ms = std::isfinite(others_best_ms) ? others_best_ms : choice->est_ms;
-  const bool idles_much = idle_share(*choice) > kLowIdleShare;
+  const bool idles_much = idle_share(*choice) > kLowIdleShare || m.config.dp > 1;
   const double window_ms = base_ms * (idles_much ? kBaselineWindow : kLowIdleBaselineWindow);
   // A baseline cut's quick estimate runs its micro-batches as the baseline lists them;
   // outside the window it is judged again in its two first orders, as listed and the

@@ -121,9 +121,18 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
           unless_ruled_out([&] { return make_microbatches(batch, *m.cost, theirs); });
       if (!cut) continue;
       const std::optional<double> ms = rank_cut(baseline, *cut, into);
-      // token-based's budget is not walked here: that took T5-11B pp 8 65k plans from 15.6
-      // to 23 ms (more baseline cuts searched in full) for dynapipe plans at most 2% faster.
-      if (!by_objective || !ms || baseline != Strategy::PackingVarlen) continue;
+      if (!by_objective || !ms) continue;
+      // token-based's budget is walked only with dp > 1: at dp 1 that took T5-11B pp 8 65k
+      // plans from 15.6 to 23 ms (more baseline cuts searched in full) for dynapipe plans at
+      // most 2% faster. With dp > 1 the DP's objective only estimates how the replicas deal
+      // the micro-batches (as for the other modes' cuts below), and token-based's walked
+      // budget can deal better: GPT-6.7B pp 4 dp 4, A100 40 GiB, 4096, 65,536 tokens on
+      // joint's split 7,8,9,8 (bench/random_points.py strategies --seed 9 --partition
+      // joint), 5 to 6 micro-batches per replica planned iteration 0 in 1855.2 ms,
+      // token-based's 8 to 9 in 1736.1. No size past a miss (patience 0): +27% and +19%
+      // plan instructions at GPT-6.7B pp 4 dp 4 4096 and T5-11B pp 8 dp 2 2048 (+52% and
+      // +31% with packing-varlen's patience of one).
+      if (!(baseline == Strategy::PackingVarlen || m.config.dp > 1)) continue;
       // Sizes that fit only in a heavier recompute mode than the objective's too, as
       // packing-varlen's own walk takes them: at T5-11B pp 4 (A100 80 GiB, 1024, 32,768
       // tokens) its 2-row micro-batches under selective recompute planned 2678.2 ms against
@@ -135,7 +144,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
       // ranked 10 too); +4.8% instructions for a GPT-6.7B pp 4 65k plan. Not under a named
       // schedule: there it found cuts that auto's three full searches pass over (T5-11B pp 4,
       // H200 profile, 80 GiB, 1024, 262,144 tokens: interleaved 9102.1 ms, auto 9105.0).
-      const int patience = m.schedule == ScheduleKind::Auto ? 1 : 0;
+      const int patience = m.schedule == ScheduleKind::Auto && baseline == Strategy::PackingVarlen ? 1 : 0;
       m.walk_sizes(batch, theirs, cut->size, *ms,
                    [&](const BatchingOptions&, const BatchingResult& sized, double) -> std::optional<double> {
                      return rank_cut(baseline, sized, into);
