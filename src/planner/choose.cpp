@@ -337,8 +337,8 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   // +4.7% of that plan's instructions.
   constexpr double kLowIdleBaselineWindow = 1.02, kLowIdleShare = 0.15;
   const double base_ms = std::isfinite(others_best_ms) ? others_best_ms : choice->est_ms;
-  const bool idles_much = idle_share(*choice) > kLowIdleShare || m.config.dp > 1;
-  const double window_ms = base_ms * (idles_much ? kBaselineWindow : kLowIdleBaselineWindow);
+  const bool wide_window = idle_share(*choice) > kLowIdleShare || m.config.dp > 1;
+  const double window_ms = base_ms * (wide_window ? kBaselineWindow : kLowIdleBaselineWindow);
   // A baseline cut's quick estimate runs its micro-batches as the baseline lists them;
   // outside the window it is judged again in its two first orders, as listed and the
   // organ pipe (micro_batch_orders()), which alone gains such a cut up to 6% (GPT-6.7B
@@ -346,7 +346,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   // 4096 iterations 0 and 2 (5870.1 vs 5886.4 ms; quick estimate 2.5% above the window's
   // base, as listed and organ pipe 0.3% below). Where the devices idle little that look
   // must beat the three's best, not only come within the window (+5% planning, not +15%).
-  const double two_window_ms = idles_much ? window_ms : base_ms;
+  const double two_window_ms = wide_window ? window_ms : base_ms;
   auto in_window = [&](const Choice& cut) {
     if (cut.est_ms < window_ms) return true;
     // Where its ranking ran in its own mode (which then fits in the given order), the given
