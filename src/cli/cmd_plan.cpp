@@ -14,8 +14,6 @@
 #include "cli/run_planner.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/error.h"
-#include "dynapipe/core/strings.h"
-#include "dynapipe/cost/model_spec.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/plan/plan_json.h"
 #include "dynapipe/report/iteration_stats.h"
@@ -54,13 +52,6 @@ ScheduleOrder order_from_timeline(const std::vector<TimedOp>& timeline, int num_
   order.device_ops.resize(num_devices);
   for (const TimedOp& op : sorted) order.device_ops[op.device].push_back(op.op);
   return order;
-}
-
-// The layers per stage `config` plans on, as simulate's column shows them ("6,6,6,6").
-std::string layers_column(const PlanConfig& config) {
-  return join(layers_per_stage(config.stage_layers.empty() ? assign_layers_uniform(config.model, config.pp)
-                                                           : config.stage_layers),
-              ",");
 }
 
 void add_summary_row(TextTable& table, const std::string& strategy, const PlannedRun& run,
@@ -132,7 +123,7 @@ void run_plan(const PlanFlags& flags) {
     std::string layers;  // its split (each strategy's own under balanced and joint)
   };
   std::vector<Run> runs;
-  runs.push_back({std::string(strategy_name(config.strategy)), PlannedRun{{}, plan.summary}, layers_column(config)});
+  runs.push_back({std::string(strategy_name(config.strategy)), PlannedRun{{}, plan.summary}, layers_per_stage_text(config)});
   runs.back().run.iterations = plan.iterations;
   if (flags.compare) {
     // Every baseline's iterations planned at once, reported in table order.
@@ -179,7 +170,7 @@ void run_plan(const PlanFlags& flags) {
         std::fprintf(stderr, "%s: infeasible: %s\n", baseline.name.c_str(), e.what());
         continue;
       }
-      runs.push_back({baseline.name, std::move(results[baseline.job].run), layers_column(jobs[baseline.job].config)});
+      runs.push_back({baseline.name, std::move(results[baseline.job].run), layers_per_stage_text(jobs[baseline.job].config)});
     }
   }
   double packing_ms = 0;

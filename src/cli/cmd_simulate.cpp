@@ -14,7 +14,6 @@
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/strings.h"
 #include "dynapipe/core/units.h"
-#include "dynapipe/cost/model_spec.h"
 #include "dynapipe/plan/exports.h"
 #include "dynapipe/report/iteration_stats.h"
 #include "dynapipe/report/table.h"
@@ -111,10 +110,7 @@ void run_simulate(const SimulateFlags& flags) {
       continue;
     }
     const PlanConfig& config = configs[r];
-    row.layers = join(layers_per_stage(config.stage_layers.empty()
-                                           ? assign_layers_uniform(config.model, config.pp)
-                                           : config.stage_layers),
-                      ",");
+    row.layers = layers_per_stage_text(config);
     row.job = jobs.size();
     jobs.push_back({config, config.strategy == Strategy::PackingMegatron ? &megatron_batches : &batches});
   }

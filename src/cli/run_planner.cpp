@@ -15,6 +15,7 @@
 #include "dynapipe/core/parallel.h"
 #include "dynapipe/core/strategy.h"
 #include "dynapipe/core/strings.h"
+#include "dynapipe/cost/model_spec.h"
 #include "dynapipe/data/dataset.h"
 #include "dynapipe/data/truncation.h"
 #include "dynapipe/data/global_batch.h"
@@ -136,6 +137,12 @@ PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>
   std::vector<PlanJobResult> results = plan_jobs({{config, &batches}}, threads, label);
   if (results.front().error) std::rethrow_exception(results.front().error);
   return std::move(results.front().run);
+}
+
+std::string layers_per_stage_text(const PlanConfig& config) {
+  return join(layers_per_stage(config.stage_layers.empty() ? assign_layers_uniform(config.model, config.pp)
+                                                           : config.stage_layers),
+              ",");
 }
 
 PlanConfig to_plan_config_with_progress(const PlanOptions& options, int threads, SamplesCache& samples) {

@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "dynapipe/batching/megatron_packing.h"
@@ -48,6 +49,10 @@ std::vector<PlanJobResult> plan_jobs(const std::vector<PlanJob>& jobs, int threa
 // plan_jobs() of one configuration; rethrows its error.
 PlannedRun plan_batches(const PlanConfig& config, const std::vector<GlobalBatch>& batches,
                         const char* label, int threads);
+
+// The layers per stage `config` plans on, as the tables show them ("6,6,6,6"; uniform where
+// config.stage_layers is empty).
+std::string layers_per_stage_text(const PlanConfig& config);
 
 // to_plan_config() with a progress line on an interactive stderr while `--partition
 // balanced` or `joint` plans candidate splits (joint's search can take tens of seconds).

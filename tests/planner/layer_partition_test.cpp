@@ -47,13 +47,13 @@ double planned_ms(PlanConfig config, const std::vector<StageLayers>& layers, con
   return total;
 }
 
-// The first two global batches of `config`'s own truncation.
-std::vector<GlobalBatch> first_two_batches(const PlanConfig& config) {
+// The first `count` global batches of `config`'s own truncation (first_batches() keeps the
+// first config's).
+std::vector<GlobalBatch> own_batches(const PlanConfig& config, int count) {
   const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
-  return form_global_batches(data, config.global_batch_tokens, 2);
+  return form_global_batches(data, config.global_batch_tokens, count);
 }
 
-// balanced's split chosen on `batches` (all of them).
 // The balanced split, checked to be the same when its candidates are planned on three
 // threads as on one.
 std::vector<StageLayers> balanced_on(const PlanConfig& config, const std::vector<GlobalBatch>& batches) {
@@ -133,7 +133,7 @@ TEST(LayerPartitionTest, BalancedWithDataRespectsEachStagesMemoryRuleAndBeatsUni
   config.model = load_model_spec("t5-11b");
   config.max_target_len = 512;
   config.global_batch_tokens = 65536;
-  const std::vector<GlobalBatch> batches = first_two_batches(config);
+  const std::vector<GlobalBatch> batches = own_batches(config, 2);
   const std::vector<StageLayers> layers = balanced_on(config, batches);
   ASSERT_EQ(layers.size(), 8u);
   const std::vector<int> counts = layers_per_stage(layers);
@@ -168,7 +168,7 @@ TEST(LayerPartitionTest, BalancedKeepsUniformWhereItPlansFaster) {
   config.max_seqlen = 2048;
   config.max_target_len = 2048;
   config.global_batch_tokens = 65536;
-  const std::vector<GlobalBatch> batches = first_two_batches(config);
+  const std::vector<GlobalBatch> batches = own_batches(config, 2);
   EXPECT_TRUE(balanced_on(config, batches).empty());
   // Planned the way balanced compares (interleaving allowed), that split is slower.
   EXPECT_LT(planned_ms(config, {}, batches, /*fixed_layout=*/false),
@@ -189,7 +189,7 @@ TEST(LayerPartitionTest, BalancedTriesTheSplitsOfHalfTheMemory) {
   config.max_target_len = 512;
   config.global_batch_tokens = 65536;
   config.memory_limit_gib = 80;
-  const std::vector<GlobalBatch> batches = first_two_batches(config);
+  const std::vector<GlobalBatch> batches = own_batches(config, 2);
   const std::vector<StageLayers> chosen = balanced_on(config, batches);
   const std::vector<StageLayers> full_limit = assign_layers(config.model, {4, 4, 4, 4, 4, 4, 12, 12});
   EXPECT_NE(chosen, full_limit);
@@ -239,8 +239,7 @@ TEST(LayerPartitionTest, EachStrategyGetsItsOwnFasterSplit) {
   EXPECT_EQ(layers_per_stage(dynapipe.stage_layers), (std::vector<int>{8, 9, 13, 18}));
   EXPECT_EQ(layers_per_stage(packing_varlen.stage_layers), (std::vector<int>{9, 9, 14, 16}));
   // Each plans faster on its own split, as balanced plans them (the first 4 batches).
-  const Dataset data = Dataset::load(dynapipe.samples_path, truncation_limits(dynapipe));
-  const std::vector<GlobalBatch> batches = form_global_batches(data, dynapipe.global_batch_tokens, 4);
+  const std::vector<GlobalBatch> batches = own_batches(dynapipe, 4);
   // partition_batches() reads those batches once for every strategy (simulate, plan's
   // comparison): the same splits.
   const std::vector<GlobalBatch> read_once = partition_batches(options, dynapipe);
@@ -346,7 +345,7 @@ TEST(LayerPartitionTest, JointGivesALayerFurtherAwayWhereNoBoundaryMoveHelps) {
   config.max_seqlen = 8192;
   config.max_target_len = 0;
   config.global_batch_tokens = 65536;
-  const std::vector<GlobalBatch> batches = first_two_batches(config);
+  const std::vector<GlobalBatch> batches = own_batches(config, 2);
   const std::vector<GlobalBatch> first(batches.begin(), batches.begin() + 1);
   LayerPartitionOptions options;
   options.joint_batches = 1;
@@ -379,8 +378,7 @@ TEST(LayerPartitionTest, JointTakesTheFastestOfEveryMoveAndTransfer) {
   config.max_seqlen = 4096;
   config.max_target_len = 0;
   config.global_batch_tokens = 131072;
-  const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
-  const std::vector<GlobalBatch> fourth = {form_global_batches(data, config.global_batch_tokens, 4).at(3)};
+  const std::vector<GlobalBatch> fourth = {own_batches(config, 4).at(3)};
   LayerPartitionOptions options;
   options.joint_batches = 1;
   options.threads = 2;
@@ -399,8 +397,7 @@ TEST(LayerPartitionTest, JointKeepsASplitInterleavingSuits) {
   config.max_seqlen = 4096;
   config.max_target_len = 0;
   config.global_batch_tokens = 65536;
-  const Dataset data = Dataset::load(config.samples_path, truncation_limits(config));
-  const std::vector<GlobalBatch> batches = form_global_batches(data, config.global_batch_tokens, 2);
+  const std::vector<GlobalBatch> batches = own_batches(config, 2);
   LayerPartitionOptions options;
   options.joint_batches = 2;
   const std::vector<StageLayers> joint = choose_stage_layers(config, LayerPartition::Joint, batches, options);
@@ -420,7 +417,7 @@ TEST(LayerPartitionTest, SplitsTheScheduleCannotRunArePassedOver) {
   config.max_target_len = 0;
   config.global_batch_tokens = 8192;
   config.schedule = ScheduleKind::Interleaved;
-  const std::vector<GlobalBatch> batches = first_two_batches(config);
+  const std::vector<GlobalBatch> batches = own_batches(config, 2);
   LayerPartitionOptions options;
   options.joint_batches = 2;
   for (const LayerPartition partition : {LayerPartition::Balanced, LayerPartition::Joint}) {
