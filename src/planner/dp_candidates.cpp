@@ -169,10 +169,14 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
   // A100-40G preset, 2048, 65,536 tokens: 1285.8 -> 1295.7 ms).
   // dynapipe-padded at dp = 1 too, where it gains up to 1.1% (T5-11B pp 4, A100-80G, 80 GiB,
   // 1024); dynapipe's DPs there cost +8% to +21% planning instructions for ≤ 0.2%.
+  // The fastest ranked cut by quick estimate, the forms for critical-path left out (no step
+  // starts from them).
   auto best = [&] {
-    return std::min_element(ranked.begin(), ranked.end(), [](const Choice& a, const Choice& b) {
-      return a.est_ms < b.est_ms;
-    });
+    auto found = ranked.end();
+    for (auto it = ranked.begin(); it != ranked.end(); ++it) {
+      if (!it->critical_path_form && (found == ranked.end() || it->est_ms < found->est_ms)) found = it;
+    }
+    return found;
   };
   std::vector<Choice> other_mode_cuts;
   // The steps from the first pass's cuts: other modes, lone samples, heads and tails, the
@@ -229,14 +233,40 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
         const auto [best_k, first] = rule_best.try_emplace({order_of[k], rule_of[k]}, k);
         if (!first && ranked[k].est_ms < ranked[best_k->second].est_ms) best_k->second = k;
       }
+      // Under auto, also the 1F1B rule's best cut of each order where critical-path ran it
+      // fastest, it ranks within kRuleWindow of the order's best and that best idles more
+      // than kRuleStartsIdleShare: critical-path's quick estimates fall furthest short of its
+      // full ones, so the head-and-tail form of a cut another rule beat by quick estimate can
+      // still run fastest. GPT-6.7B pp 8, A100 80 GiB preset, 4096, 262,144 tokens (uniform
+      // split): the zb1p rule's cut of the packed order ranked 10,182.0 ms, the 1F1B rule's
+      // 10,190.1, and auto planned iteration 0 in 9690.7 ms where `--schedule critical-path`
+      // ran the 1F1B rule's head-and-tail forms, 9631.5. Without the critical-path and idle
+      // gates GPT-6.7B pp 4 65k plans cost +12.6% instructions, T5-11B pp 8 short256 +3.9%.
+      std::vector<std::size_t> critical_path_forms;
       for (std::size_t k = 0; k < dp_cuts; ++k) {
-        if (rule_best.at({order_of[k], rule_of[k]}) != k || runs_in_own_mode(ranked[k]) ||
-            std::ranges::count(head_tail_of, k) > 0) {
+        if (rule_best.at({order_of[k], rule_of[k]}) != k || std::ranges::count(head_tail_of, k) > 0) {
           continue;
         }
-        head_tail_of.push_back(k);
+        if (!runs_in_own_mode(ranked[k])) {
+          head_tail_of.push_back(k);
+          continue;
+        }
+        // (The lone-sample cut is an order of its own, without a best of order.)
+        if (m.schedule != ScheduleKind::Auto || rule_of[k] != 0 || order_of[k] >= best_of_order.size()) continue;
+        const Choice& order_best = ranked[best_of_order[order_of[k]]];
+        const bool critical_path_ran_it = std::ranges::any_of(
+            ranked[k].replicas, [](const ReplicaChoice& r) { return r.best.schedule == ScheduleKind::CriticalPath; });
+        if (critical_path_ran_it && idle_share(order_best) > kRuleStartsIdleShare &&
+            ranked[k].est_ms <= order_best.est_ms * kRuleWindow) {
+          critical_path_forms.push_back(k);
+        }
       }
-      for (std::size_t k : head_tail_of) {
+      // The forms for critical-path come last, flagged: they take no full search from the
+      // others and no step starts from them.
+      const std::size_t forms_for_critical_path_from = head_tail_of.size();
+      head_tail_of.insert(head_tail_of.end(), critical_path_forms.begin(), critical_path_forms.end());
+      for (std::size_t h = 0; h < head_tail_of.size(); ++h) {
+        const std::size_t k = head_tail_of[h];
         const Choice& base = ranked[k];
         std::vector<std::vector<MicroBatch>> replicas;
         for (const ReplicaChoice& replica : base.replicas) {
@@ -250,6 +280,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
         if (!other) continue;
         other->batching = base.batching;
         other->dp_recompute = base.dp_recompute;
+        other->critical_path_form = h >= forms_for_critical_path_from;
         rule_of.push_back(rule_of[k]);
         ranked.push_back(std::move(*other));
       }
@@ -265,7 +296,9 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
     auto best_regular = [&](std::optional<std::size_t> rule = std::nullopt) {
       std::optional<std::size_t> found;
       for (std::size_t k = 0; k < rule_of.size(); ++k) {
-        if (ranked[k].batching.lone_samples_alone || (rule && rule_of[k] != *rule)) continue;
+        if (ranked[k].batching.lone_samples_alone || ranked[k].critical_path_form || (rule && rule_of[k] != *rule)) {
+          continue;
+        }
         if (!found || ranked[k].est_ms < ranked[*found].est_ms) found = k;
       }
       return found;
