@@ -21,6 +21,10 @@ namespace {
 // gain) +59% instructions with full searches, +25% with two orders each.
 constexpr double kTokenWalkIdleShare = 0.5;
 
+// choose(): under auto, the fastest cut critical-path ran in full gets random orders where it
+// came within this factor of the plan another schedule won.
+constexpr double kCriticalPathOrdersWindow = 1.01;
+
 }  // namespace
 
 // token-based's own micro-batches run as varlen rows, its token budget walked as its own
@@ -140,6 +144,14 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   };
   std::vector<Searched> searched;
   std::vector<Choice> baseline_full;  // the baseline cuts' full searches, where they ran
+  // Under auto, the fastest full search critical-path won on every replica (random orders
+  // below).
+  std::optional<Choice> critical_path_best;
+  auto runs_critical_path = [](const Choice& c) {
+    return std::ranges::all_of(c.replicas, [](const ReplicaChoice& r) {
+      return r.best.schedule == ScheduleKind::CriticalPath;
+    });
+  };
   // mode: only that recompute mode, orders permuted (other_modes: every mode if that one
   // fits no schedule); none given: every mode. schedule: the --schedule value searched
   // (none given: the choice's).
@@ -188,6 +200,10 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     full.baseline_cut = ranked_choice.baseline_cut;
     const double est_ms = full.est_ms;
     if (full.baseline_cut) baseline_full.push_back(full);
+    if (m.schedule == ScheduleKind::Auto && runs_critical_path(full) &&
+        (!critical_path_best || est_ms < critical_path_best->est_ms)) {
+      critical_path_best = full;
+    }
     if (!choice || est_ms < choice->est_ms) choice = std::move(full);
     searched.push_back({&ranked_choice, schedule, mode, est_ms});
     return est_ms;
@@ -450,6 +466,17 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     if (chosen_before.baseline_cut && same_cut(full, chosen_before)) continue;
     // Only orders that beat the plan so far matter: their builds stop there.
     Choice other = with_random_orders(batch, std::move(full), choice->est_ms);
+    if (other.est_ms < choice->est_ms) choice = std::move(other);
+  }
+  // Under auto, where another schedule won, the fastest DP cut critical-path ran in full gets
+  // random orders too when it came within kCriticalPathOrdersWindow of the plan: the orders
+  // are critical-path's to gain from, and `--schedule critical-path` gives them to that cut.
+  // T5-11B pp 8 on the measured H100 profile, 80 GiB, 2048, 16,384 tokens (uniform split),
+  // iteration 1: a zb1p plan at 434.2 ms won over the 1F1B rule's 7-micro-batch cut under
+  // critical-path at 434.7, which random orders took to 431.5 under `--schedule critical-path`.
+  if (critical_path_best && !critical_path_best->baseline_cut && !runs_critical_path(chosen_before) &&
+      critical_path_best->est_ms <= chosen_before.est_ms * kCriticalPathOrdersWindow) {
+    Choice other = with_random_orders(batch, std::move(*critical_path_best), choice->est_ms);
     if (other.est_ms < choice->est_ms) choice = std::move(other);
   }
   // Last, the cuts in the modes the DP did not pick (rank_dp_plans(); other_mode_cut) that rank

@@ -552,6 +552,21 @@ TEST(PlannerTest, AutoTriesTheHeadAndTailOfTheCutCriticalPathRuns) {
   EXPECT_LE(Planner(config, options_with(false, {})).plan_iteration(batch).est_iteration_ms, named * (1 + 1e-9));
 }
 
+// Under auto the fastest cut critical-path ran in full gets random orders too where a plan
+// of another schedule won narrowly: T5-11B pp 8 on the measured H100 profile (80 GiB, 2048,
+// 16,384 tokens, uniform split), second batch, where a zb1p plan (434.2 ms) won over a
+// 7-micro-batch cut under critical-path (434.7) whose random orders `--schedule
+// critical-path` took to 431.5.
+TEST(PlannerTest, AutoGivesRandomOrdersToTheCutCriticalPathRanClose) {
+  PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h100.measured.json", 8, 2048, 512, 80);
+  config.global_batch_tokens = 16384;
+  PlanConfig critical_path = config;
+  critical_path.schedule = ScheduleKind::CriticalPath;
+  const GlobalBatch batch = batches_of(config, 2).back();
+  const double named = Planner(critical_path, options_with(false, {})).plan_iteration(batch).est_iteration_ms;
+  EXPECT_LE(Planner(config, options_with(false, {})).plan_iteration(batch).est_iteration_ms, named * (1 + 1e-9));
+}
+
 // packing-varlen without --micro-batch-size simulates two sizes, the objective's choice and
 // the most rows that fit, and keeps the faster: each wins somewhere. GPT-6.7B pp 4 on H100
 // 80 GiB at 512 takes the most that fit (the objective's 1F1B bubble favours smaller
