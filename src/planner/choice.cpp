@@ -94,6 +94,11 @@ bool runs_in_own_mode(const Choice& choice) {
                              [&](const ReplicaChoice& r) { return r.best.recompute == choice.dp_recompute; });
 }
 
+bool runs_critical_path(const Choice& choice) {
+  return std::ranges::all_of(choice.replicas,
+                             [](const ReplicaChoice& r) { return r.best.schedule == ScheduleKind::CriticalPath; });
+}
+
 bool schedules_can_gain(const Choice& choice) {
   return idle_share(choice) > kRuleStartsIdleShare && bottleneck_overhead(choice) > kRuleStartsOverhead;
 }

@@ -147,11 +147,6 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   // Under auto, the fastest full search critical-path won on every replica (random orders
   // below).
   std::optional<Choice> critical_path_best;
-  auto runs_critical_path = [](const Choice& c) {
-    return std::ranges::all_of(c.replicas, [](const ReplicaChoice& r) {
-      return r.best.schedule == ScheduleKind::CriticalPath;
-    });
-  };
   // mode: only that recompute mode, orders permuted (other_modes: every mode if that one
   // fits no schedule); none given: every mode. schedule: the --schedule value searched
   // (none given: the choice's).

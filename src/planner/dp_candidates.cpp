@@ -234,7 +234,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
         if (!first && ranked[k].est_ms < ranked[best_k->second].est_ms) best_k->second = k;
       }
       // Under auto, also the 1F1B rule's best cut of each order where critical-path ran it
-      // fastest, it ranks within kRuleWindow of the order's best and that best idles more
+      // fastest (runs_critical_path()), it ranks within kRuleWindow of the order's best and that best idles more
       // than kRuleStartsIdleShare: critical-path's quick estimates fall furthest short of its
       // full ones, so the head-and-tail form of a cut another rule beat by quick estimate can
       // still run fastest. GPT-6.7B pp 8, A100 80 GiB preset, 4096, 262,144 tokens (uniform
@@ -254,9 +254,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
         // (The lone-sample cut is an order of its own, without a best of order.)
         if (m.schedule != ScheduleKind::Auto || rule_of[k] != 0 || order_of[k] >= best_of_order.size()) continue;
         const Choice& order_best = ranked[best_of_order[order_of[k]]];
-        const bool critical_path_ran_it = std::ranges::any_of(
-            ranked[k].replicas, [](const ReplicaChoice& r) { return r.best.schedule == ScheduleKind::CriticalPath; });
-        if (critical_path_ran_it && idle_share(order_best) > kRuleStartsIdleShare &&
+        if (runs_critical_path(ranked[k]) && idle_share(order_best) > kRuleStartsIdleShare &&
             ranked[k].est_ms <= order_best.est_ms * kRuleWindow) {
           critical_path_forms.push_back(k);
         }

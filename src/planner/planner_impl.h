@@ -170,6 +170,8 @@ bool schedules_can_gain(const Choice& choice);
 // Whether every replica's search ran in the recompute mode its cut was made for (else that
 // mode fit no schedule and a heavier one ran).
 bool runs_in_own_mode(const Choice& choice);
+// Whether every replica's search picked critical-path.
+bool runs_critical_path(const Choice& choice);
 // The ranking's order: by the estimate, then the other replicas' makespans, slowest first.
 bool ranks_before(const Choice& a, const Choice& b);
 bool is_dp_strategy(Strategy strategy);
