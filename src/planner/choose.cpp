@@ -210,7 +210,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   // (A cut in a mode the DP did not pick, other_mode_cut, is searched last, below.)
   auto on_top = [](const Choice& c) {
     return c.batching.varlen_padded_cut || c.batching.lone_samples_alone || c.other_mode_cut ||
-           c.critical_path_form;
+           c.named_schedule_form;
   };
   std::size_t others_searched = 0, rank = 0;
   std::set<const Choice*> merged;  // copies whose search an earlier copy ran with auto
@@ -257,7 +257,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   // 4096, 16,384 tokens: it ranked first at 893.8 ms, which left the 1F1B row's 1022.9,
   // 827.4 in full, outside the 5% window of the per-row searches).
   const auto front = std::ranges::find_if(
-      ranked, [](const Choice& c) { return !c.batching.lone_samples_alone && !c.other_mode_cut && !c.critical_path_form; });
+      ranked, [](const Choice& c) { return !c.batching.lone_samples_alone && !c.other_mode_cut && !c.named_schedule_form; });
   const Choice& best_ranked = front != ranked.end() ? *front : ranked.front();
   const bool rows_gated = !(choice && idle_share(*choice) > kRuleStartsIdleShare &&
                             bottleneck_overhead(best_ranked) > kRuleStartsOverhead);
@@ -277,7 +277,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     const double best_quick_ms = best_ranked.est_ms;
     std::map<std::pair<ScheduleKind, bool>, bool> row_seen;  // (schedule, padded cut)
     for (const Choice& ranked_choice : ranked) {
-      if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut || ranked_choice.critical_path_form) continue;
+      if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut || ranked_choice.named_schedule_form) continue;
       const bool padded = ranked_choice.batching.varlen_padded_cut;
       if (std::exchange(row_seen[{ranked_choice.schedule, padded}], true)) continue;
       if (!(ranked_choice.est_ms <= best_quick_ms * kOtherRuleWindow)) continue;
@@ -313,7 +313,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     // Per row (schedule, padded cut): its cuts taken so far; kFullSearches closes it.
     std::map<std::pair<ScheduleKind, bool>, std::size_t> taken;
     for (const Choice& ranked_choice : ranked) {
-      if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut || ranked_choice.critical_path_form) continue;
+      if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut || ranked_choice.named_schedule_form) continue;
       const bool padded = ranked_choice.batching.varlen_padded_cut;
       std::size_t& row_taken = taken[{ranked_choice.schedule, padded}];
       if (row_taken >= kFullSearches) continue;
@@ -419,7 +419,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     const Choice* lightest = nullptr;
     double lightest_ms = choice->est_ms;
     for (const Choice& ranked_choice : ranked) {
-      if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut || ranked_choice.critical_path_form ||
+      if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut || ranked_choice.named_schedule_form ||
           ranked_choice.dp_recompute != Recompute::Full) {
         continue;
       }

@@ -169,12 +169,12 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
   // A100-40G preset, 2048, 65,536 tokens: 1285.8 -> 1295.7 ms).
   // dynapipe-padded at dp = 1 too, where it gains up to 1.1% (T5-11B pp 4, A100-80G, 80 GiB,
   // 1024); dynapipe's DPs there cost +8% to +21% planning instructions for ≤ 0.2%.
-  // The fastest ranked cut by quick estimate, the forms for critical-path left out (no step
-  // starts from them).
+  // The fastest ranked cut by quick estimate, the forms for a rule's own schedule left out
+  // (no step starts from them).
   auto best = [&] {
     auto found = ranked.end();
     for (auto it = ranked.begin(); it != ranked.end(); ++it) {
-      if (!it->critical_path_form && (found == ranked.end() || it->est_ms < found->est_ms)) found = it;
+      if (!it->named_schedule_form && (found == ranked.end() || it->est_ms < found->est_ms)) found = it;
     }
     return found;
   };
@@ -233,16 +233,20 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
         const auto [best_k, first] = rule_best.try_emplace({order_of[k], rule_of[k]}, k);
         if (!first && ranked[k].est_ms < ranked[best_k->second].est_ms) best_k->second = k;
       }
-      // Under auto, also the 1F1B rule's best cut of each order where critical-path ran it
-      // fastest (runs_critical_path()), it ranks within kRuleWindow of the order's best and that best idles more
-      // than kRuleStartsIdleShare: critical-path's quick estimates fall furthest short of its
-      // full ones, so the head-and-tail form of a cut another rule beat by quick estimate can
-      // still run fastest. GPT-6.7B pp 8, A100 80 GiB preset, 4096, 262,144 tokens (uniform
-      // split): the zb1p rule's cut of the packed order ranked 10,182.0 ms, the 1F1B rule's
-      // 10,190.1, and auto planned iteration 0 in 9690.7 ms where `--schedule critical-path`
-      // ran the 1F1B rule's head-and-tail forms, 9631.5. Without the critical-path and idle
-      // gates GPT-6.7B pp 4 65k plans cost +12.6% instructions, T5-11B pp 8 short256 +3.9%.
-      std::vector<std::size_t> critical_path_forms;
+      // Under auto, also each rule's best cut of each order that its own schedule ran
+      // fastest, where the order's best idles more than kRuleStartsIdleShare and the cut ranks
+      // within kRuleWindow of it (the 1F1B rule, where critical-path ran it) or
+      // kOtherRuleWindow (the zb1p and interleaved rules): a named schedule plans from its
+      // own rule's cuts only, and the head-and-tail form of a cut another rule beat by quick
+      // estimate can still run fastest. GPT-6.7B pp 8, A100 80 GiB preset, 4096, 262,144
+      // tokens (uniform split): the zb1p rule's cut of the packed order ranked 10,182.0 ms,
+      // the 1F1B rule's 10,190.1, and auto planned iteration 0 in 9690.7 ms where `--schedule
+      // critical-path` ran the 1F1B rule's head-and-tail forms, 9631.5; GPT-6.7B pp 4, H100
+      // preset, 80 GiB, 8192, 131,072 tokens, iteration 1: the 1F1B rule's cuts ranked ~5 ms
+      // ahead of the zb1p rule's, whose head-and-tail form `--schedule zb1p` ran in 3124.3 ms
+      // against auto's 3145.0. Without the schedule and idle gates GPT-6.7B pp 4 65k plans
+      // cost +12.6% instructions, T5-11B pp 8 short256 +3.9%.
+      std::vector<std::size_t> named_schedule_forms;
       for (std::size_t k = 0; k < dp_cuts; ++k) {
         if (rule_best.at({order_of[k], rule_of[k]}) != k || std::ranges::count(head_tail_of, k) > 0) {
           continue;
@@ -252,17 +256,20 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
           continue;
         }
         // (The lone-sample cut is an order of its own, without a best of order.)
-        if (m.schedule != ScheduleKind::Auto || rule_of[k] != 0 || order_of[k] >= best_of_order.size()) continue;
+        if (m.schedule != ScheduleKind::Auto || order_of[k] >= best_of_order.size()) continue;
         const Choice& order_best = ranked[best_of_order[order_of[k]]];
-        if (runs_critical_path(ranked[k]) && idle_share(order_best) > kRuleStartsIdleShare &&
-            ranked[k].est_ms <= order_best.est_ms * kRuleWindow) {
-          critical_path_forms.push_back(k);
+        // The 1F1B rule's cuts run with every schedule, the others with their own.
+        const bool own_schedule = rule_of[k] != 0 || runs_critical_path(ranked[k]);
+        const double window = rule_of[k] == 0 ? kRuleWindow : kOtherRuleWindow;
+        if (own_schedule && idle_share(order_best) > kRuleStartsIdleShare &&
+            ranked[k].est_ms <= order_best.est_ms * window) {
+          named_schedule_forms.push_back(k);
         }
       }
-      // The forms for critical-path come last, flagged: they take no full search from the
-      // others and no step starts from them.
-      const std::size_t forms_for_critical_path_from = head_tail_of.size();
-      head_tail_of.insert(head_tail_of.end(), critical_path_forms.begin(), critical_path_forms.end());
+      // These forms come last, flagged: they take no full search from the others and no step
+      // starts from them.
+      const std::size_t named_schedule_forms_from = head_tail_of.size();
+      head_tail_of.insert(head_tail_of.end(), named_schedule_forms.begin(), named_schedule_forms.end());
       for (std::size_t h = 0; h < head_tail_of.size(); ++h) {
         const std::size_t k = head_tail_of[h];
         const Choice& base = ranked[k];
@@ -276,9 +283,15 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
         std::optional<Choice> other = unless_ruled_out(
             [&] { return m.quick_search(batch, replicas, base.schedule, base.dp_recompute, &ranked); });
         if (!other) continue;
+        other->named_schedule_form = h >= named_schedule_forms_from;
+        // Such a form of a cut already ranked (the zb1p rule's cut is often the 1F1B rule's)
+        // would only take a full search on top from a form that differs.
+        if (other->named_schedule_form &&
+            std::ranges::any_of(ranked, [&](const Choice& c) { return same_cut(c, *other); })) {
+          continue;
+        }
         other->batching = base.batching;
         other->dp_recompute = base.dp_recompute;
-        other->critical_path_form = h >= forms_for_critical_path_from;
         rule_of.push_back(rule_of[k]);
         ranked.push_back(std::move(*other));
       }
@@ -294,7 +307,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
     auto best_regular = [&](std::optional<std::size_t> rule = std::nullopt) {
       std::optional<std::size_t> found;
       for (std::size_t k = 0; k < rule_of.size(); ++k) {
-        if (ranked[k].batching.lone_samples_alone || ranked[k].critical_path_form || (rule && rule_of[k] != *rule)) {
+        if (ranked[k].batching.lone_samples_alone || ranked[k].named_schedule_form || (rule && rule_of[k] != *rule)) {
           continue;
         }
         if (!found || ranked[k].est_ms < ranked[*found].est_ms) found = k;

@@ -86,9 +86,10 @@ struct Choice {
   // dynapipe at dp > 1, dynapipe-padded at any dp): tried against the finished plan at the
   // end of choose() and left out of every other step.
   bool other_mode_cut = false;
-  // A head-and-tail form auto ranks for critical-path's sake (rank_dp_plans()): searched in
-  // full on top of the three best where it ranks among them, and no other step starts from it.
-  bool critical_path_form = false;
+  // A head-and-tail form auto ranks for the sake of a rule's own schedule (rank_dp_plans()):
+  // searched in full on top of the three best where it ranks among them, and no other step
+  // starts from it.
+  bool named_schedule_form = false;
 };
 
 // What rank_dp_plans()'s first pass (Planner::Impl::first_dp_pass()) found: its cuts in

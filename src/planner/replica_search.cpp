@@ -45,7 +45,7 @@ Choice Planner::Impl::quick_search(const GlobalBatch& batch,
       Choice choice = *same;
       choice.baseline_cut = false;  // the caller's to set, as for a fresh search
       choice.other_mode_cut = false;
-      choice.critical_path_form = false;
+      choice.named_schedule_form = false;
       return choice;
     }
   }
