@@ -34,6 +34,12 @@ bool same_cut(const Choice& a, const Choice& b) {
                   [&](std::size_t r) -> const std::vector<MicroBatch>& { return b.replicas[r].microbatches; });
 }
 
+bool ranks_cut(const std::vector<Choice>& ranked, const std::vector<std::vector<MicroBatch>>& replicas) {
+  return std::ranges::any_of(ranked, [&](const Choice& c) {
+    return runs_cut(c, replicas.size(), [&](std::size_t r) -> const std::vector<MicroBatch>& { return replicas[r]; });
+  });
+}
+
 // The ranked choice whose quick search ran on these micro-batches with this schedule and
 // recompute mode (every entry of rank_dp_plans()'s list is such a search), or nullptr.
 // Searches are deterministic, so a repeat gives that choice's result: T5-11B pp 8 plans

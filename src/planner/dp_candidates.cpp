@@ -278,18 +278,16 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
           replicas.push_back(split_head_and_tail(batch, replica.microbatches, *m.cost,
                                                  base.dp_recompute, m.batching));
         }
+        // Such a form of a cut already ranked (the zb1p rule's cut is often the 1F1B rule's)
+        // would only take a full search on top from a form that differs: not searched.
+        const bool named_schedule_form = h >= named_schedule_forms_from;
+        if (named_schedule_form && ranks_cut(ranked, replicas)) continue;
         // (Such a form can fit no schedule in any mode, its head and tail adding micro-batches
         // in flight: it is then left out.)
         std::optional<Choice> other = unless_ruled_out(
             [&] { return m.quick_search(batch, replicas, base.schedule, base.dp_recompute, &ranked); });
         if (!other) continue;
-        other->named_schedule_form = h >= named_schedule_forms_from;
-        // Such a form of a cut already ranked (the zb1p rule's cut is often the 1F1B rule's)
-        // would only take a full search on top from a form that differs.
-        if (other->named_schedule_form &&
-            std::ranges::any_of(ranked, [&](const Choice& c) { return same_cut(c, *other); })) {
-          continue;
-        }
+        other->named_schedule_form = named_schedule_form;
         other->batching = base.batching;
         other->dp_recompute = base.dp_recompute;
         rule_of.push_back(rule_of[k]);

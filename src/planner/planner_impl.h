@@ -132,6 +132,8 @@ constexpr double kRuleStartsIdleShare = 0.12, kRuleStartsOverhead = 0.05;
 std::vector<std::vector<MicroBatch>> replica_microbatches(const Choice& choice);
 // Whether two plans run the same micro-batches, replica by replica.
 bool same_cut(const Choice& a, const Choice& b);
+// Whether some choice of `ranked` runs exactly these micro-batches (any schedule or mode).
+bool ranks_cut(const std::vector<Choice>& ranked, const std::vector<std::vector<MicroBatch>>& replicas);
 // The ranked choice whose quick search ran on these micro-batches with this schedule and
 // recompute mode, or nullptr (choice.cpp).
 const Choice* same_quick_search(const std::vector<Choice>& ranked,

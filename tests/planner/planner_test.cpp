@@ -106,6 +106,16 @@ void expect_no_slower_than_padded(const PlanConfig& config, std::int64_t count) 
                    batches_of(config, count));
 }
 
+// dynapipe's estimate for `batch`, checked to be no slower than `other`'s on the same split.
+double dynapipe_no_slower_than(const PlanConfig& config, Strategy other, const GlobalBatch& batch) {
+  PlanConfig theirs = config;
+  theirs.strategy = other;
+  const double dynapipe = Planner(config, options_with(false, {})).plan_iteration(batch).est_iteration_ms;
+  EXPECT_LE(dynapipe, Planner(theirs, options_with(false, {})).plan_iteration(batch).est_iteration_ms)
+      << strategy_name(other);
+  return dynapipe;
+}
+
 TEST(PlannerTest, EveryStrategyCoversTheBatchWithinMemoryDeterministically) {
   for (const char* strategy :
        {"dynapipe", "padding", "packing", "packing-varlen", "token-based", "dynapipe-padded"}) {
@@ -744,12 +754,7 @@ TEST(PlannerTest, DynapipeWalksTokenBasedsBudgetWhereFillAndDrainRule) {
 TEST(PlannerTest, WithDataParallelismDynapipeWalksTokenBasedsBudget) {
   PlanConfig config = gpt_config("dynapipe", 4, 4, 4096);
   config.stage_layers = assign_layers(config.model, {7, 8, 9, 8});
-  PlanConfig token_based = config;
-  token_based.strategy = Strategy::TokenBased;
-  const GlobalBatch batch = batches_of(config, 1).front();
-  const double dynapipe = Planner(config, options_with(false, {})).plan_iteration(batch).est_iteration_ms;
-  EXPECT_LE(dynapipe, Planner(token_based, options_with(false, {})).plan_iteration(batch).est_iteration_ms);
-  EXPECT_LT(dynapipe, 1736.1);
+  EXPECT_LT(dynapipe_no_slower_than(config, Strategy::TokenBased, batches_of(config, 1).front()), 1736.1);
 }
 
 // With dp > 1 a cut's micro-batches are dealt to the replicas again for the pipeline's
@@ -759,12 +764,7 @@ TEST(PlannerTest, WithDataParallelismDynapipeWalksTokenBasedsBudget) {
 // ms, and dynapipe-padded's own deal planned 400.7 ms against dynapipe's 412.5.
 TEST(PlannerTest, DynapipeDealsItsMicroBatchesForThePipelineWithDataParallelism) {
   const PlanConfig config = gpt_h100_config("dynapipe", 4, 4, 8192, 32768);
-  PlanConfig padded = config;
-  padded.strategy = Strategy::DynaPipePadded;
-  const GlobalBatch batch = batches_of(config, 2).back();
-  const double dynapipe = Planner(config, options_with(false, {})).plan_iteration(batch).est_iteration_ms;
-  EXPECT_LE(dynapipe, Planner(padded, options_with(false, {})).plan_iteration(batch).est_iteration_ms);
-  EXPECT_LT(dynapipe, 412.5);
+  EXPECT_LT(dynapipe_no_slower_than(config, Strategy::DynaPipePadded, batches_of(config, 2).back()), 412.5);
 }
 
 // The re-dealt replicas each pick their recompute mode: T5-11B pp 8 dp 2 (A100 80 GiB,
