@@ -147,6 +147,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   // Under auto, the fastest full search critical-path won on every replica (random orders
   // below).
   std::optional<Choice> critical_path_best;
+  // Whether auto's schedules include critical-path (not on the cpu device).
+  const bool auto_has_critical_path =
+      std::ranges::count(auto_schedule_kinds(*m.cost), ScheduleKind::CriticalPath) > 0;
   // mode: only that recompute mode, orders permuted (other_modes: every mode if that one
   // fits no schedule); none given: every mode. schedule: the --schedule value searched
   // (none given: the choice's).
@@ -387,8 +390,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     const ScheduleKind memory_bound =
         m.schedule != ScheduleKind::Auto ? m.schedule : ScheduleKind::CriticalPath;
     if (m.batching.recompute || ranked_choice.dp_recompute == Recompute::None ||
-        (m.schedule == ScheduleKind::Auto &&
-         std::ranges::count(auto_schedule_kinds(*m.cost), memory_bound) == 0)) {
+        (m.schedule == ScheduleKind::Auto && !auto_has_critical_path)) {
       continue;  // a fixed mode, no lighter mode, or no critical-path (the cpu device)
     }
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
@@ -533,9 +535,9 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   // moved their bars, and two dp 4 plans came out up to 0.6% slower. Costs GPT-6.7B pp 4 65k
   // plans 1.7% of their instructions, T5-11B pp 8 short256 3.3%; a quick look with
   // critical-path first, to skip the full search, cost more (3.0% and 4.9%).
-  if (m.schedule == ScheduleKind::Auto && !runs_critical_path(*choice) &&
-      std::ranges::count(auto_schedule_kinds(*m.cost), ScheduleKind::CriticalPath) > 0) {
-    const Choice chosen = *choice;  // `searched` points at it
+  if (m.schedule == ScheduleKind::Auto && auto_has_critical_path && !runs_critical_path(*choice)) {
+    // A copy: search_in_full() reads the cut while it may replace *choice.
+    const Choice chosen = *choice;
     search_in_full(chosen, std::nullopt, true, ScheduleKind::CriticalPath, chosen.est_ms);
   }
   return std::move(*choice);
