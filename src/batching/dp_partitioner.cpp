@@ -38,9 +38,37 @@ class ThresholdDp {
     DYNAPIPE_CHECK(!descending_ || threshold <= threshold_,
                    cat("descending threshold DP at ", threshold, " after ", threshold_));
     threshold_ = threshold;
-    std::fill(f_.begin(), f_.end(), kInf);
-    f_[0] = 0;
-    for (int i = 0; i < n; ++i) {
+    // Along a descending chain, a run redoes only what the lower threshold changes: up to
+    // the first row that loses a segment, the rows and f are as the last run left them,
+    // and only the rows reaching past that row push into the part of f that may change
+    // (the chain's steps lose their largest segments, which in sorted orders are the long
+    // samples of a row's far end: GPT-6.7B pp 4 short256, a third of the rows' updates).
+    int from = 0;
+    if (chain_run_) {
+      int first = n;
+      for (int i = 0; i < n; ++i) {
+        const int within = within_[static_cast<std::size_t>(i)];
+        // (A row no partition reaches pushes nothing, whatever its segments.)
+        if (within > 0 && f_[i] != kInf && table_.row(i)[static_cast<std::size_t>(within) - 1] > threshold) {
+          first = i;
+          break;
+        }
+      }
+      if (first == n) return f_[n];  // no row loses a segment: the last run's result
+      from = first;
+      for (int i = 0; i < first; ++i) {
+        if (reach_[i] > first) {
+          from = i;
+          break;
+        }
+      }
+      std::fill(f_.begin() + first + 1, f_.end(), kInf);
+    } else {
+      std::fill(f_.begin(), f_.end(), kInf);
+      f_[0] = 0;
+    }
+    chain_run_ = descending_;
+    for (int i = from; i < n; ++i) {
       const double f_i = f_[i];
       reach_[i] = i;
       if (f_i == kInf) continue;
@@ -77,6 +105,7 @@ class ThresholdDp {
   void start_descending() {
     if (!rows_monotone_) return;
     descending_ = true;
+    chain_run_ = false;  // f is the last run's, not the chain's: its first run is whole
     threshold_ = kInf;
     within_ = row_windows(table_);
   }
@@ -121,6 +150,7 @@ class ThresholdDp {
   std::vector<double> f_;
   double threshold_ = kInf;  // of the last run()
   bool descending_ = false;       // start_descending() was called
+  bool chain_run_ = false;        // the last run() was one of the descending chain's
   std::vector<int> within_;       // descending: per row, its segments within the last threshold
   std::vector<int> reach_;        // per row, in the last run(): i + its segments within it
   std::vector<int> first_start_;  // reconstruct()'s scratch
