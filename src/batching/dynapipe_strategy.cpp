@@ -303,23 +303,34 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   // efficiency) is what "all samples in one micro-batch" misses: it bounds heavier
   // recompute modes out before their segments are costed (T5-11B pp 8 short256: full
   // recompute). +inf: no such partition; 0: no bound known.
-  double capped_sum_bound(double cap_ms) const {
+  // `fewest` > 1: the partitions are known to hold at least that many micro-batches.
+  double capped_sum_bound(double cap_ms, int fewest = 1) const {
     if (affine_ == nullptr) return 0;
     const double n = static_cast<double>(size());
     double best = 0;
     for (std::size_t s = 0; s < affine_->fixed_ms.size(); ++s) {
       const double work = tokens_.work_ms(*affine_, s);
       const double fixed = affine_->fixed_ms[s];
-      double count = 1;  // micro-batches, at least
+      double count = std::max(1, fewest);  // micro-batches, at least
       if (work > 0) {
         if (!(cap_ms > fixed)) return kInf;  // a micro-batch alone is slower than the cap
         // Shaved so that rounding never rounds a whole count up.
-        count = std::max(1.0, std::ceil(work / (cap_ms - fixed) * (1 - 1e-9)));
+        count = std::max(count, std::ceil(work / (cap_ms - fixed) * (1 - 1e-9)));
       }
       if (count > n) return kInf;  // more micro-batches than samples
       best = std::max(best, work + count * fixed);
     }
     return best;
+  }
+
+  // The fewest micro-batches of any partition whose every segment fits and takes at most
+  // cap_ms: the greedy one's, each micro-batch as long as it can be (a part of a segment
+  // that qualifies qualifies too, as time and memory grow with a segment, so at each cut
+  // the greedy partition is at least as far on as any other). It costs only the rows its
+  // micro-batches start at. 1 where time may fall as a segment grows (the argument fails).
+  int fewest_microbatches(double cap_ms) {
+    if (!monotone_) return 1;
+    return static_cast<int>(greedy(cap_ms, 1, 0).starts.size());
   }
 
   // The times of the first `count` segments of row i. REQUIRES: a scan reached them.
@@ -669,6 +680,21 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   auto cap_by = [&](double bound_ms) {
     if (!cap_without_segments(bound_ms)) return false;
     if (slope == 0 || bound_ms == kInf) return true;
+    if constexpr (requires { scanner.fewest_microbatches(0.0); }) {
+      // The affine bound again, with the fewest micro-batches that fit within the cap:
+      // memory, which it does not see, usually needs more than the cap alone (GPT-6.7B pp 4
+      // at 40 GiB, short256: ~30 of ~2,200 tokens where the cap alone allowed 11), and a
+      // smaller cap costs shorter rows for min_sum() below.
+      for (int round = 0; round < 16; ++round) {
+        const double sum_ms = scanner.capped_sum_bound(cap_ms, scanner.fewest_microbatches(cap_ms));
+        if (sum_ms == kInf) return false;
+        const double next = (bound_ms - weight * sum_ms + (kSlack - 1) * bound_ms) / slope;
+        if (!(next < cap_ms)) break;
+        const bool settled = next > cap_ms * (1 - 1e-3);
+        cap_ms = next;
+        if (settled) break;
+      }
+    }
     const double min_sum = scanner.min_sum(cap_ms);
     if (min_sum == kInf) return false;
     cap_ms = std::min(cap_ms, (bound_ms - weight * min_sum + (kSlack - 1) * bound_ms) / slope);
