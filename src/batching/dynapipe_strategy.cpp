@@ -540,7 +540,15 @@ class MixedScanner : public ScannerBase<MixedScanner> {
 
   int size() const { return modes_.front().size(); }
   double merged_time_ms() const { return modes_.front().merged_time_ms(); }
-  double capped_sum_bound(double cap_ms) const { return modes_.front().capped_sum_bound(cap_ms); }
+  double capped_sum_bound(double cap_ms, int fewest = 1) const {
+    return modes_.front().capped_sum_bound(cap_ms, fewest);
+  }
+  // As VarlenScanner's: a part of a segment fits the mode the segment runs in, or a lighter
+  // one, and runs no slower.
+  int fewest_microbatches(double cap_ms) {
+    if (!modes_.front().monotone()) return 1;
+    return static_cast<int>(greedy(cap_ms, 1, 0).starts.size());
+  }
 
   template <typename Emit>
   void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
