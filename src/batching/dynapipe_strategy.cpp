@@ -661,6 +661,21 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   // cap leaves room for (it scans far shorter rows than the first test alone when there
   // are many micro-batches). Returns false if no partition can beat U.
   double cap_ms = kInf;
+  // A smaller cap means more micro-batches, a larger Σ bound (sum_at(cap)), a smaller cap
+  // again: a few rounds until it settles (each keeps every partition that could beat the
+  // bound, so the fixed point does too). False if no partition can beat it.
+  auto settle_cap = [&](double bound_ms, auto&& sum_at) {
+    for (int round = 0; round < 16; ++round) {
+      const double sum_ms = sum_at(cap_ms);
+      if (sum_ms == kInf) return false;
+      const double next = (bound_ms - weight * sum_ms + (kSlack - 1) * bound_ms) / slope;
+      if (!(next < cap_ms)) break;
+      const bool settled = next > cap_ms * (1 - 1e-3);
+      cap_ms = next;
+      if (settled) break;
+    }
+    return true;
+  };
   auto cap_without_segments = [&](double bound_ms) {
     cap_ms = std::min(cap_ms, bound_ms * kSlack / (weight + slope));
     if (slope == 0 || bound_ms == kInf) return true;
@@ -669,18 +684,7 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
       cap_ms = std::min(cap_ms, (bound_ms - weight * merged_ms + (kSlack - 1) * bound_ms) / slope);
     }
     if constexpr (requires { scanner.capped_sum_bound(0.0); }) {
-      // A smaller cap means more micro-batches, a larger Σ bound, a smaller cap again:
-      // a few rounds until it settles (each keeps every partition that could beat the
-      // bound, so the fixed point does too).
-      for (int round = 0; round < 16; ++round) {
-        const double sum_ms = scanner.capped_sum_bound(cap_ms);
-        if (sum_ms == kInf) return false;
-        const double next = (bound_ms - weight * sum_ms + (kSlack - 1) * bound_ms) / slope;
-        if (!(next < cap_ms)) break;
-        const bool settled = next > cap_ms * (1 - 1e-3);
-        cap_ms = next;
-        if (settled) break;
-      }
+      return settle_cap(bound_ms, [&](double cap) { return scanner.capped_sum_bound(cap); });
     }
     return true;
   };
@@ -693,15 +697,10 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
       // memory, which it does not see, usually needs more than the cap alone (GPT-6.7B pp 4
       // at 40 GiB, short256: ~30 of ~2,200 tokens where the cap alone allowed 11), and a
       // smaller cap costs shorter rows for min_sum() below.
-      for (int round = 0; round < 16; ++round) {
-        const double sum_ms = scanner.capped_sum_bound(cap_ms, scanner.fewest_microbatches(cap_ms));
-        if (sum_ms == kInf) return false;
-        const double next = (bound_ms - weight * sum_ms + (kSlack - 1) * bound_ms) / slope;
-        if (!(next < cap_ms)) break;
-        const bool settled = next > cap_ms * (1 - 1e-3);
-        cap_ms = next;
-        if (settled) break;
-      }
+      const bool any = settle_cap(bound_ms, [&](double cap) {
+        return scanner.capped_sum_bound(cap, scanner.fewest_microbatches(cap));
+      });
+      if (!any) return false;
     }
     const double min_sum = scanner.min_sum(cap_ms);
     if (min_sum == kInf) return false;
