@@ -17,6 +17,7 @@ namespace dynapipe::detail {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kSlack = 1 + 1e-9;  // the time caps' rounding: a segment exactly at a bound stays in
 
 // Shared by both scanners: the table and the min-sum DP over scan_row().
 template <typename Scanner>
@@ -102,6 +103,17 @@ class ScannerBase {
     out.found = true;
     out.objective_ms = weight * out.sum_ms + slope * out.max_ms;
     return out;
+  }
+
+  // The fewest micro-batches of any partition whose every segment fits and takes at most
+  // cap_ms: the greedy one's, each micro-batch as long as it can be (a part of a segment
+  // that qualifies qualifies too, as time and memory grow with a segment, so at each cut
+  // the greedy partition is at least as far on as any other). It costs only the rows its
+  // micro-batches start at. 1 where time may fall as a segment grows (the argument fails).
+  // REQUIRES: the scanner has monotone().
+  int fewest_microbatches(double cap_ms) {
+    if (!static_cast<Scanner&>(*this).monotone()) return 1;
+    return static_cast<int>(greedy(cap_ms, 1, 0).starts.size());
   }
 
   // An upper bound on the optimum, cheap next to the exact search: the best greedy
@@ -323,16 +335,6 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     return best;
   }
 
-  // The fewest micro-batches of any partition whose every segment fits and takes at most
-  // cap_ms: the greedy one's, each micro-batch as long as it can be (a part of a segment
-  // that qualifies qualifies too, as time and memory grow with a segment, so at each cut
-  // the greedy partition is at least as far on as any other). It costs only the rows its
-  // micro-batches start at. 1 where time may fall as a segment grows (the argument fails).
-  int fewest_microbatches(double cap_ms) {
-    if (!monotone_) return 1;
-    return static_cast<int>(greedy(cap_ms, 1, 0).starts.size());
-  }
-
   // The times of the first `count` segments of row i. REQUIRES: a scan reached them.
   std::span<const double> leading_times(int i, int count) const {
     return std::span<const double>(rows_.rows[static_cast<std::size_t>(i)].time_ms)
@@ -543,12 +545,9 @@ class MixedScanner : public ScannerBase<MixedScanner> {
   double capped_sum_bound(double cap_ms, int fewest = 1) const {
     return modes_.front().capped_sum_bound(cap_ms, fewest);
   }
-  // As VarlenScanner's: a part of a segment fits the mode the segment runs in, or a lighter
-  // one, and runs no slower.
-  int fewest_microbatches(double cap_ms) {
-    if (!modes_.front().monotone()) return 1;
-    return static_cast<int>(greedy(cap_ms, 1, 0).starts.size());
-  }
+  // A part of a segment fits the mode the segment runs in, or a lighter one, and runs no
+  // slower (ScannerBase::fewest_microbatches()).
+  bool monotone() const { return modes_.front().monotone(); }
 
   template <typename Emit>
   void scan_row(int i, int max_count, double cap_ms, Emit&& emit) {
@@ -633,6 +632,27 @@ PartitionOptions partition_options(const BatchingOptions& options, double sum_we
           .items_bound_segments = monotone};
 }
 
+// The time cap of solve_sequence() by a bound U on the objective and a lower bound of Σ t
+// that grows as the cap falls (sum_at(cap): a smaller cap means more micro-batches, a
+// larger Σ bound, a smaller cap again): a few rounds until it settles (each keeps every
+// partition that could beat U, so the fixed point does too). False if no partition can
+// beat U. Out of line: inside solve_sequence() its two uses kept the mixed scanner's
+// segment_fits() from being inlined (+2% plan instructions under per-micro-batch recompute).
+template <typename SumAt>
+[[gnu::noinline]] bool settle_cap_ms(double* cap_ms, double bound_ms, double weight, double slope,
+                                     SumAt&& sum_at) {
+  for (int round = 0; round < 16; ++round) {
+    const double sum_ms = sum_at(*cap_ms);
+    if (sum_ms == kInf) return false;
+    const double next = (bound_ms - weight * sum_ms + (kSlack - 1) * bound_ms) / slope;
+    if (!(next < *cap_ms)) break;
+    const bool settled = next > *cap_ms * (1 - 1e-3);
+    *cap_ms = next;
+    if (settled) break;
+  }
+  return true;
+}
+
 // The exact DP over one ordered sequence, on a segment table pruned by time. With an
 // upper bound U on the optimum (the incumbent, a cut an earlier DP chose, or the best
 // greedy partition, which are cheap), a segment of time t can only be in a partition P
@@ -647,7 +667,6 @@ template <typename Scanner>
 Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t> seq,
                          ShapeCosts& costs, MemoryRule rule, double weight,
                          double incumbent_ms) {
-  constexpr double kSlack = 1 + 1e-9;  // rounding: a segment exactly at a bound stays in
   const BatchingOptions& options = input.options;
   const PartitionOptions partition =
       partition_options(options, weight, incumbent_ms, costs.cost_model().monotone());
@@ -661,21 +680,6 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   // cap leaves room for (it scans far shorter rows than the first test alone when there
   // are many micro-batches). Returns false if no partition can beat U.
   double cap_ms = kInf;
-  // A smaller cap means more micro-batches, a larger Σ bound (sum_at(cap)), a smaller cap
-  // again: a few rounds until it settles (each keeps every partition that could beat the
-  // bound, so the fixed point does too). False if no partition can beat it.
-  auto settle_cap = [&](double bound_ms, auto&& sum_at) {
-    for (int round = 0; round < 16; ++round) {
-      const double sum_ms = sum_at(cap_ms);
-      if (sum_ms == kInf) return false;
-      const double next = (bound_ms - weight * sum_ms + (kSlack - 1) * bound_ms) / slope;
-      if (!(next < cap_ms)) break;
-      const bool settled = next > cap_ms * (1 - 1e-3);
-      cap_ms = next;
-      if (settled) break;
-    }
-    return true;
-  };
   auto cap_without_segments = [&](double bound_ms) {
     cap_ms = std::min(cap_ms, bound_ms * kSlack / (weight + slope));
     if (slope == 0 || bound_ms == kInf) return true;
@@ -684,7 +688,8 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
       cap_ms = std::min(cap_ms, (bound_ms - weight * merged_ms + (kSlack - 1) * bound_ms) / slope);
     }
     if constexpr (requires { scanner.capped_sum_bound(0.0); }) {
-      return settle_cap(bound_ms, [&](double cap) { return scanner.capped_sum_bound(cap); });
+      return settle_cap_ms(&cap_ms, bound_ms, weight, slope,
+                           [&](double cap) { return scanner.capped_sum_bound(cap); });
     }
     return true;
   };
@@ -692,12 +697,12 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   auto cap_by = [&](double bound_ms) {
     if (!cap_without_segments(bound_ms)) return false;
     if (slope == 0 || bound_ms == kInf) return true;
-    if constexpr (requires { scanner.fewest_microbatches(0.0); }) {
+    if constexpr (requires { scanner.capped_sum_bound(0.0, 1); }) {
       // The affine bound again, with the fewest micro-batches that fit within the cap:
       // memory, which it does not see, usually needs more than the cap alone (GPT-6.7B pp 4
       // at 40 GiB, short256: ~30 of ~2,200 tokens where the cap alone allowed 11), and a
       // smaller cap costs shorter rows for min_sum() below.
-      const bool any = settle_cap(bound_ms, [&](double cap) {
+      const bool any = settle_cap_ms(&cap_ms, bound_ms, weight, slope, [&](double cap) {
         return scanner.capped_sum_bound(cap, scanner.fewest_microbatches(cap));
       });
       if (!any) return false;
