@@ -11,14 +11,18 @@ H100 presets, the measured H100 profile, or with --card h200 the measured H200 o
   bench/random_points.py schedules --seed 3 --points 60    # auto against each named schedule
   bench/random_points.py strategies --seed 1 --recompute per-microbatch  # every strategy so
   bench/random_points.py strategies --seed 1 --partition joint  # every strategy on its joint split
+  bench/random_points.py threads --seed 1 --points 12      # one plan on 2 threads = on 1
 
 `strategies` compares each strategy's best schedule (auto) on its own layer split by
 estimated tokens/s (packing-megatron's global batches hold fewer real tokens: its rows are
 cut to --max-seqlen); a line ends in LOSS where another strategy's throughput is higher. `schedules` runs one strategy
 (--strategy, default dynapipe) with auto and with each named schedule on the uniform split
 (so only the schedule search differs); a line ends in WORSE where a named schedule plans
-faster than auto. Last, a count. Deterministic: the same seed gives the same points and
-figures. Environment: DYNAPIPE (build/dynapipe).
+faster than auto. `threads` plans --strategy's first two iterations with `dynapipe plan
+--planner-threads 1` and with 4 (two threads per plan: the first DPs side by side, the later
+searches run ahead) and compares the plan files but their planning times; a line ends in
+DIFFERENT where they differ. Last, a count. Deterministic: the same seed gives the same
+points and figures. Environment: DYNAPIPE (build/dynapipe).
 """
 import argparse
 import os
@@ -26,6 +30,7 @@ import random
 import re
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "assets", "flan_like_mix.jsonl.gz")
@@ -73,9 +78,24 @@ def simulate(binary, p, strategies, schedules, extra):
     return rows
 
 
+def plan_file(binary, p, strategy, threads, out):
+    """The plan JSON of p's first two iterations planned on `threads`, planning times dropped
+    (None where the plan fails: an infeasible point)."""
+    cmd = [binary, "plan", "--samples", DATA, "--iterations", "2", "--no-compare", "--strategy", strategy,
+           "--planner-threads", str(threads), "--model", p["model"], "--pp", str(p["pp"]),
+           "--dp", str(p["dp"]), "--memory-limit", str(p["gib"]), "--cost-model", p["cost"],
+           "--max-seqlen", str(p["seqlen"]), "--global-batch-tokens", str(p["tokens"]), "--out", out]
+    if p["model"] == "t5-11b":
+        cmd += ["--max-target-len", str(min(512, p["seqlen"]))]
+    if subprocess.run(cmd, capture_output=True, text=True).returncode != 0:
+        return None
+    with open(out) as f:
+        return re.sub(r'"\w*planning_ms":\s*[0-9.eE+-]+', "", f.read())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("compare", choices=["strategies", "schedules"])
+    parser.add_argument("compare", choices=["strategies", "schedules", "threads"])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--points", type=int, default=40)
     parser.add_argument("--strategy", default="dynapipe", help="schedules: the strategy planned")
@@ -93,6 +113,21 @@ def main():
         sys.exit(f"error: --points must be > 0, got {args.points}")
 
     rng = random.Random(args.seed)
+    if args.compare == "threads":
+        same = feasible = 0
+        with tempfile.TemporaryDirectory() as work:
+            for _ in range(args.points):
+                p = draw(rng, args.card)
+                one = plan_file(binary, p, args.strategy, 1, os.path.join(work, "one.json"))
+                several = plan_file(binary, p, args.strategy, 4, os.path.join(work, "four.json"))
+                if one is None and several is None:
+                    print(f"{describe(p)}: infeasible", flush=True)
+                    continue
+                feasible += 1
+                same += one == several
+                print(f"{describe(p)}: {'same' if one == several else 'DIFFERENT'}", flush=True)
+        print(f"{same} of {feasible} feasible points: the same plan on 1 and on 2 threads per plan")
+        return
     feasible = behind = 0
     label = "LOSS" if args.compare == "strategies" else "WORSE"
     for _ in range(args.points):

@@ -1,12 +1,16 @@
 // The plan of one iteration from the candidates: which cuts get a full search.
 #include "planner_impl.h"
+#include "searches_ahead.h"
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <map>
 #include <set>
 #include <utility>
+
+#include "dynapipe/core/parallel.h"
 
 namespace dynapipe {
 
@@ -24,6 +28,30 @@ constexpr double kTokenWalkIdleShare = 0.5;
 // choose(): under auto, the fastest cut critical-path ran in full gets random orders where it
 // came within this factor of the plan another schedule won.
 constexpr double kCriticalPathOrdersWindow = 1.01;
+
+// choose_ranked(): the baselines' cuts, each whose quick estimate is within kBaselineWindow
+// of the best full result of the three (the padded cut left out, so that option never
+// changes this choice), searched in its own recompute mode with permuted orders: those gain
+// such a cut 3–4% over its quick estimate (T5-11B pp 8 at 4096, GPT-6.7B pp 8 at 4096),
+// more than the quick ranking separates it from the DP's cuts; the other recompute modes
+// changed no plan and cost 3× the search. The window was 2% and only the better-ranked
+// cut was searched until the critical-path schedule, whose injection order the
+// permutations choose: packing-varlen's own plan then beat dynapipe's at GPT-6.7B pp 8
+// 4096 iteration 2 (2870.1 vs 2879.7 ms; its quick estimate 2986.4 was 3.7% above).
+// 5% still left packing-varlen ahead at GPT-6.7B pp 4 80 GiB 8192 (bench/suite: 5636.5
+// vs 5707.9 ms in iteration 0): 10%, at +40% planning time for T5-11B pp 8 short256.
+// Where the devices idle little the orders matter less: 2% there (it was everywhere;
+// GPT-6.7B pp 4 plans idle ~9%), which saves ~8% of their planning time and changed no
+// issue-8 plan. Not with dp > 1, where the walked token budgets (rank_dp_plans()) give
+// cuts whose permuted orders gain most: at GPT-6.7B pp 4 dp 4 (H100 preset, 80 GiB,
+// 2048, 262,144 tokens) a 36-micro-batch cut ranked 1622.0 ms ran 1535.0 in full, which
+// `--schedule critical-path` (its plan idling 0.17) searched and auto (0.14) did not;
+// +4.7% of that plan's instructions.
+constexpr double kBaselineWindow = 1.10;
+constexpr double kLowIdleBaselineWindow = 1.02, kLowIdleShare = 0.15;
+
+// Whether the baselines' cuts get the wide window (kBaselineWindow) against `plan`.
+bool wide_baseline_window(const Choice& plan, int dp) { return idle_share(plan) > kLowIdleShare || dp > 1; }
 
 }  // namespace
 
@@ -132,6 +160,32 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   }
   std::vector<Choice> ranked = rank_dp_plans(batch, threads);
   std::stable_sort(ranked.begin(), ranked.end(), ranks_before);
+  // The steps from the ranked cuts, on this thread; on a second one the searches they will
+  // likely need later (searches_ahead.h). On one thread the steps alone, as before.
+  const bool helped = threads > 1;
+  SearchesAhead ahead([&](const SearchesAhead::Search& s) {
+    return m.search_replicas(batch, s.replicas, s.schedule, s.how);
+  }, helped);
+  std::optional<Choice> chosen;
+  const std::vector<std::exception_ptr> errors = run_indexed(helped ? 2 : 1, threads, [&](std::size_t task) {
+    if (task == 1) {
+      ahead.serve();
+      return;
+    }
+    const SearchesAhead::Closer closer{ahead};
+    chosen = choose_ranked(batch, ranked, ahead);
+  });
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return std::move(*chosen);
+}
+
+// The three best ranked cuts searched in full (every recompute mode, permuted orders), then
+// the steps that may find a faster plan from the others.
+Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<Choice>& ranked,
+                                    SearchesAhead& ahead) const {
+  const Impl& m = *this;
   constexpr std::size_t kFullSearches = 3;
   std::optional<Choice> choice;
   // Full searches run so far: a repeat on the same micro-batches, schedule and modes gives
@@ -177,10 +231,10 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     const ScheduleKind schedule = schedule_given.value_or(ranked_choice.schedule);
     if (const Searched* s = covering(ranked_choice, mode, schedule)) return s->est_ms;
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
-    Choice full = mode ? m.search_replicas(batch, replicas, schedule,
-                                           {.quick = true, .recompute = *mode,
-                                            .other_modes = other_modes, .permute = true})
-                       : m.search_replicas(batch, replicas, schedule, {.beat_ms = beat_ms});
+    Choice full = mode ? ahead.search({replicas, schedule,
+                                       {.quick = true, .recompute = *mode,
+                                        .other_modes = other_modes, .permute = true}})
+                       : ahead.search({replicas, schedule, {.beat_ms = beat_ms}});
     if (redeals) {
       // Only a deal faster than this cut's own and the plan so far can matter.
       double bar = full.replicas.empty() ? beat_ms : full.est_ms;
@@ -215,6 +269,20 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     return c.batching.varlen_padded_cut || c.batching.lone_samples_alone || c.other_mode_cut ||
            c.named_schedule_form;
   };
+  // Ahead, on a second thread: the baselines' cuts' searches in their own mode (below) for
+  // those whose quick estimate is within the window of the best ranked cut's, which
+  // the three's best full result, mostly below it, sets.
+  const auto first_regular = std::ranges::find_if(ranked, [](const Choice& c) { return !c.baseline_cut; });
+  if (ahead.helped() && first_regular != ranked.end()) {
+    const double likely_window_ms =
+        first_regular->est_ms *
+        (wide_baseline_window(*first_regular, m.config.dp) ? kBaselineWindow : kLowIdleBaselineWindow);
+    for (const Choice& ranked_choice : ranked) {
+      if (!ranked_choice.baseline_cut || !(ranked_choice.est_ms < likely_window_ms)) continue;
+      ahead.add({replica_microbatches(ranked_choice), ranked_choice.schedule,
+                 {.quick = true, .recompute = ranked_choice.dp_recompute, .permute = true}});
+    }
+  }
   std::size_t others_searched = 0, rank = 0;
   std::set<const Choice*> merged;  // copies whose search an earlier copy ran with auto
   double others_best_ms = std::numeric_limits<double>::infinity();
@@ -254,6 +322,18 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     }
     others_best_ms = std::min(others_best_ms, search_in_full(ranked_choice, std::nullopt, true,
                                                              promoted, others_best_ms));
+  }
+  // Ahead: the plan so far's random orders and critical-path search, which end
+  // choose_ranked() where the plan stays this cut (the critical-path search's bar, the
+  // plan's estimate, can only fall).
+  if (ahead.helped() && choice) {
+    for (SearchCall& s : m.random_order_searches(*choice, std::numeric_limits<double>::infinity())) {
+      ahead.add(std::move(s));
+    }
+  }
+  if (ahead.helped() && m.schedule == ScheduleKind::Auto && auto_has_critical_path && choice &&
+      !runs_critical_path(*choice)) {
+    ahead.add({replica_microbatches(*choice), ScheduleKind::CriticalPath, {.beat_ms = choice->est_ms}});
   }
   // The steps below measure against the best ranked cut but a lone-sample one: adding that
   // cut must not close their windows on the others (T5-11B pp 8 on the H100 preset, 40 GiB,
@@ -331,28 +411,12 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
       if (!(ms <= choice->est_ms * kCloseRow)) row_taken = kFullSearches;
     }
   }
-  // The baselines' cuts, then, each whose quick estimate is within kBaselineWindow of the
-  // best full result of the three (the padded cut left out, so that option never changes
-  // this choice), searched in its own recompute mode with permuted orders: those orders gain
-  // such a cut 3–4% over its quick estimate (T5-11B pp 8 at 4096, GPT-6.7B pp 8 at 4096),
-  // more than the quick ranking separates it from the DP's cuts; the other recompute modes
-  // changed no plan and cost 3× the search. The window was 2% and only the better-ranked
-  // cut was searched until the critical-path schedule, whose injection order the
-  // permutations choose: packing-varlen's own plan then beat dynapipe's at GPT-6.7B pp 8
-  // 4096 iteration 2 (2870.1 vs 2879.7 ms; its quick estimate 2986.4 was 3.7% above).
-  // 5% still left packing-varlen ahead at GPT-6.7B pp 4 80 GiB 8192 (bench/suite: 5636.5
-  // vs 5707.9 ms in iteration 0): 10%, at +40% planning time for T5-11B pp 8 short256.
-  constexpr double kBaselineWindow = 1.10;
-  // Where the devices idle little the orders matter less: 2% there (it was everywhere;
-  // GPT-6.7B pp 4 plans idle ~9%), which saves ~8% of their planning time and changed no
-  // issue-8 plan. Not with dp > 1, where the walked token budgets (rank_dp_plans()) give
-  // cuts whose permuted orders gain most: at GPT-6.7B pp 4 dp 4 (H100 preset, 80 GiB,
-  // 2048, 262,144 tokens) a 36-micro-batch cut ranked 1622.0 ms ran 1535.0 in full, which
-  // `--schedule critical-path` (its plan idling 0.17) searched and auto (0.14) did not;
-  // +4.7% of that plan's instructions.
-  constexpr double kLowIdleBaselineWindow = 1.02, kLowIdleShare = 0.15;
+  // The baselines' cuts, then, each whose quick estimate is within the window
+  // (kBaselineWindow) of the best full result of the three (the padded cut left out, so that
+  // option never changes this choice), searched in its own recompute mode with permuted
+  // orders.
   const double base_ms = std::isfinite(others_best_ms) ? others_best_ms : choice->est_ms;
-  const bool wide_window = idle_share(*choice) > kLowIdleShare || m.config.dp > 1;
+  const bool wide_window = wide_baseline_window(*choice, m.config.dp);
   const double window_ms = base_ms * (wide_window ? kBaselineWindow : kLowIdleBaselineWindow);
   // A baseline cut's quick estimate runs its micro-batches as the baseline lists them;
   // outside the window it is judged again in its two first orders, as listed and the
@@ -458,7 +522,7 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
   // the same search, packing-varlen's own plan beat the DP's at T5-11B pp 8 4096
   // (6813.0 vs 6834.8 ms), so dynapipe searches those cuts the same way.
   const Choice chosen_before = *choice;
-  choice = with_random_orders(batch, std::move(*choice));
+  choice = with_random_orders(batch, std::move(*choice), std::numeric_limits<double>::infinity(), &ahead);
   for (Choice& full : baseline_full) {
     if (chosen_before.baseline_cut && same_cut(full, chosen_before)) continue;
     // Only orders that beat the plan so far matter: their builds stop there.

@@ -5,6 +5,7 @@
 // what the steps ask of a candidate.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -22,6 +23,8 @@
 
 namespace dynapipe {
 namespace planner_detail {
+
+class SearchesAhead;  // searches_ahead.h
 
 // Chunks per device under the interleaved schedule (its virtual stages: pp × chunks).
 constexpr int kInterleavedChunks = 2;
@@ -64,6 +67,15 @@ struct ReplicaSearch {
   // Only a plan faster than this counts; where some replica cannot beat it the result has
   // est_ms +inf and no replicas (SearchOptions::beat_ms).
   double beat_ms = std::numeric_limits<double>::infinity();
+  // SearchOptions::abandon: the result is then dropped (searches_ahead.h).
+  const std::atomic<bool>* abandon = nullptr;
+};
+
+// One search_replicas() call: each replica's micro-batches, the schedule, the options.
+struct SearchCall {
+  std::vector<std::vector<MicroBatch>> replicas;
+  ScheduleKind schedule = ScheduleKind::Auto;
+  ReplicaSearch how;
 };
 
 struct ReplicaChoice {
@@ -231,9 +243,17 @@ struct Planner::Impl {
                          ScheduleKind schedule, const ReplicaSearch& how = {}) const;
   // threads: how many one plan may use (resolved, >= 1; rank_dp_plans()).
   Choice choose(const GlobalBatch& batch, int threads) const;
+  // choose()'s steps from the DP strategies' ranked cuts (ranks_before() order); `ahead`
+  // runs some of their searches on a second thread (searches_ahead.h).
+  Choice choose_ranked(const GlobalBatch& batch, const std::vector<Choice>& ranked,
+                       planner_detail::SearchesAhead& ahead) const;
   // bar_ms: the random orders need only beat this too (a plan the result is compared with).
+  // ahead: where given, its searches run through it (searches_ahead.h).
   Choice with_random_orders(const GlobalBatch& batch, Choice choice,
-                            double bar_ms = std::numeric_limits<double>::infinity()) const;
+                            double bar_ms = std::numeric_limits<double>::infinity(),
+                            planner_detail::SearchesAhead* ahead = nullptr) const;
+  // The searches with_random_orders() runs for `choice` and bar_ms (none: it keeps the choice).
+  std::vector<planner_detail::SearchCall> random_order_searches(const Choice& choice, double bar_ms) const;
   // make_search_candidates() for one recompute mode: only that mode's problems are costed.
   std::vector<SearchCandidate> own_mode_candidates(ScheduleKind schedule,
                                                    std::span<const MicroBatch> microbatches,

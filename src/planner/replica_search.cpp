@@ -1,5 +1,6 @@
 // The schedule searches of one cut: quick, full, with random orders, dealt again.
 #include "planner_impl.h"
+#include "searches_ahead.h"
 
 #include <algorithm>
 #include <limits>
@@ -83,6 +84,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     search_options.max_orders += how.random_orders;
     search_options.searched_orders = how.searched_orders;
     search_options.beat_ms = how.beat_ms;
+    search_options.abandon = how.abandon;
     auto with_vertical_sync = [&](std::vector<SearchCandidate> candidates) {
       // The candidates of one problem share it: each problem copied once.
       std::shared_ptr<const PipelineProblem> from, to;
@@ -152,48 +154,63 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
 // schedule of its row, with seeded random orders too (the winners move 1F1B plans to zb1p;
 // docs/batching.md "Random orders where the bubble is large"). Every strategy gets it, so
 // that no baseline is compared without the search its rival had.
-Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice, double bar_ms) const {
-  if (options.random_orders <= 0 || !(idle_share(choice) > kRandomOrdersIdleShare)) return choice;
+std::vector<SearchCall> Planner::Impl::random_order_searches(const Choice& choice, double bar_ms) const {
+  if (options.random_orders <= 0 || !(idle_share(choice) > kRandomOrdersIdleShare)) return {};
   const Recompute mode = choice.replicas.front().best.recompute;
   const bool one_mode = std::ranges::all_of(
       choice.replicas, [&](const ReplicaChoice& r) { return r.best.recompute == mode; });
-  if (one_mode) {
-    // The full search that made `choice` ran these candidates in the deterministic
-    // orders: only the random ones run, each replica against its own makespan so far.
-    const ReplicaSearch how{.quick = true, .recompute = mode, .permute = true,
-                            .random_orders = options.random_orders,
-                            .searched_orders = SearchOptions{}.max_orders};
-    std::vector<std::optional<ReplicaChoice>> better(choice.replicas.size());
-    double est_ms = 0;
-    for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
-      const ReplicaChoice& replica = choice.replicas[r];
-      ReplicaSearch barred = how;
-      barred.beat_ms = std::min(replica.best.sim.makespan_ms, bar_ms);
-      Choice again = search_replicas(batch, {replica.microbatches}, choice.schedule, barred);
-      if (again.replicas.empty()) {  // no random order beats it
-        est_ms = std::max(est_ms, replica.best.sim.makespan_ms);
-        continue;
-      }
-      est_ms = std::max(est_ms, again.est_ms);
-      better[r] = std::move(again.replicas.front());
-    }
-    if (!(est_ms < choice.est_ms)) return choice;
-    for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
-      if (better[r]) choice.replicas[r] = std::move(*better[r]);
-    }
-    choice.est_ms = est_ms;
-    return choice;
+  if (!one_mode) {
+    // Replicas in different modes: the given mode's deterministic orders were not all
+    // searched on every replica, so they run again with the random ones.
+    return {{replica_microbatches(choice), choice.schedule,
+             {.quick = true, .recompute = mode, .permute = true, .random_orders = options.random_orders}}};
   }
-  // Replicas in different modes: the given mode's deterministic orders were not all
-  // searched on every replica, so they run again with the random ones.
-  Choice again = search_replicas(batch, replica_microbatches(choice), choice.schedule,
-                                 {.quick = true, .recompute = mode, .permute = true,
-                                  .random_orders = options.random_orders});
-  if (!(again.est_ms < choice.est_ms)) return choice;
-  again.batching = choice.batching;
-  again.dp_recompute = choice.dp_recompute;
-  again.baseline_cut = choice.baseline_cut;
-  return again;
+  // The full search that made `choice` ran these candidates in the deterministic orders:
+  // only the random ones run, each replica against its own makespan so far.
+  std::vector<SearchCall> searches;
+  for (const ReplicaChoice& replica : choice.replicas) {
+    searches.push_back({{replica.microbatches}, choice.schedule,
+                        {.quick = true, .recompute = mode, .permute = true,
+                         .random_orders = options.random_orders,
+                         .searched_orders = SearchOptions{}.max_orders,
+                         .beat_ms = std::min(replica.best.sim.makespan_ms, bar_ms)}});
+  }
+  return searches;
+}
+
+Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice, double bar_ms,
+                                         SearchesAhead* ahead) const {
+  const std::vector<SearchCall> searches = random_order_searches(choice, bar_ms);
+  if (searches.empty()) return choice;
+  auto run = [&](const SearchCall& s) {
+    return ahead != nullptr ? ahead->search(s) : search_replicas(batch, s.replicas, s.schedule, s.how);
+  };
+  if (choice.replicas.size() > 1 && searches.size() == 1) {
+    // Replicas in different modes: one search of them all.
+    Choice again = run(searches.front());
+    if (!(again.est_ms < choice.est_ms)) return choice;
+    again.batching = choice.batching;
+    again.dp_recompute = choice.dp_recompute;
+    again.baseline_cut = choice.baseline_cut;
+    return again;
+  }
+  std::vector<std::optional<ReplicaChoice>> better(choice.replicas.size());
+  double est_ms = 0;
+  for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
+    Choice again = run(searches[r]);
+    if (again.replicas.empty()) {  // no random order beats it
+      est_ms = std::max(est_ms, choice.replicas[r].best.sim.makespan_ms);
+      continue;
+    }
+    est_ms = std::max(est_ms, again.est_ms);
+    better[r] = std::move(again.replicas.front());
+  }
+  if (!(est_ms < choice.est_ms)) return choice;
+  for (std::size_t r = 0; r < choice.replicas.size(); ++r) {
+    if (better[r]) choice.replicas[r] = std::move(*better[r]);
+  }
+  choice.est_ms = est_ms;
+  return choice;
 }
 
 // With dp > 1 the DP strategies deal their micro-batches to the replicas by Karmarkar–Karp

@@ -224,6 +224,10 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     bool fitted = false;
     std::int64_t candidate_excess = -1;
     for (const std::vector<int>& mb_order : orders) {
+      if (options.abandon != nullptr && options.abandon->load(std::memory_order_relaxed)) {
+        result.found = false;
+        return result;
+      }
       if (!given_only) {
         for (std::size_t i = 0; i < mb_order.size(); ++i) {
           permuted.costs[i] = candidate.problem->costs[mb_order[i]];

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 
@@ -289,6 +290,35 @@ TEST(ScheduleSearchTest, ErrorsNameTheProblem) {
       EXPECT_THAT(e.what(), HasSubstr("search options: "));
     }
   }
+}
+
+// SearchOptions::abandon: set, the search ends before its first order with nothing
+// found (and throws nothing, even where nothing would fit); left clear, it changes nothing.
+TEST(ScheduleSearchTest, AnAbandonedSearchEndsWithNothingFound) {
+  Rng rng(5);
+  const PipelineProblem problem = testing::random_problem(rng, 12, 4, 1);
+  std::vector<SearchCandidate> candidates;
+  for (ScheduleKind kind : {ScheduleKind::OneFOneB, ScheduleKind::Zb1p, ScheduleKind::CriticalPath}) {
+    candidates.push_back({kind, Recompute::None, testing::shared(problem), {}});
+  }
+  std::atomic<bool> abandon{false};
+  SearchOptions options;
+  options.abandon = &abandon;
+  const SearchResult plain = search_schedule(candidates, {});
+  const SearchResult watched = search_schedule(candidates, options);
+  EXPECT_TRUE(watched.found);
+  EXPECT_EQ(watched.candidate, plain.candidate);
+  EXPECT_EQ(watched.mb_order, plain.mb_order);
+  EXPECT_EQ(watched.sim.makespan_ms, plain.sim.makespan_ms);
+  abandon = true;
+  const SearchResult abandoned = search_schedule(candidates, options);
+  EXPECT_FALSE(abandoned.found);
+  EXPECT_EQ(abandoned.simulations, 0);
+  PipelineProblem tiny = problem;
+  tiny.memory_limit_bytes = 1;  // nothing fits: abandoned, no Infeasible either
+  const std::vector<SearchCandidate> none_fit = {{ScheduleKind::OneFOneB, Recompute::None, testing::shared(tiny), {}}};
+  EXPECT_THROW(search_schedule(none_fit, {}), Error);
+  EXPECT_FALSE(search_schedule(none_fit, options).found);
 }
 
 // The planner's random orders after a full search (searched_orders, beat_ms): random

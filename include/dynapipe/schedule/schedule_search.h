@@ -16,6 +16,7 @@
 //   // injection order that was used.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -76,6 +77,10 @@ struct SearchOptions {
   // runs stop once they cannot beat it, and where nothing beats it the search returns
   // SearchResult::found false instead of throwing. Default: +inf (none).
   double beat_ms = std::numeric_limits<double>::infinity();
+  // Where given: once another thread sets it, the search ends before its next order and
+  // returns SearchResult::found false, meant to be dropped (a search run ahead that turned
+  // out not to be needed). Default: none.
+  const std::atomic<bool>* abandon = nullptr;
   void validate() const;  // throws InvalidArgument naming the field
 };
 
@@ -92,7 +97,8 @@ std::vector<std::vector<int>> micro_batch_orders(const PipelineProblem& problem,
                                                  const SearchOptions& options);
 
 struct SearchResult {
-  bool found = true;            // false only where nothing beat SearchOptions::beat_ms
+  bool found = true;            // false only where nothing beat SearchOptions::beat_ms, or
+                                // the search was abandoned (SearchOptions::abandon)
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   Recompute recompute = Recompute::None;
   std::vector<Recompute> modes;  // the winner's SearchCandidate::modes

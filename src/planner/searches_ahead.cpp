@@ -1,0 +1,107 @@
+// Searches run ahead on a helper thread (searches_ahead.h).
+#include "searches_ahead.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+namespace dynapipe::planner_detail {
+
+namespace {
+
+// Every option but the bar.
+bool same_but_bar(const ReplicaSearch& a, const ReplicaSearch& b) {
+  return a.quick == b.quick && a.recompute == b.recompute && a.other_modes == b.other_modes &&
+         a.permute == b.permute && a.record == b.record && a.random_orders == b.random_orders &&
+         a.max_orders == b.max_orders && a.searched_orders == b.searched_orders;
+}
+
+}  // namespace
+
+bool SearchesAhead::serves(const Search& queued, const Search& wanted) {
+  if (queued.schedule != wanted.schedule || !same_but_bar(queued.how, wanted.how)) return false;
+  // A quick search's finite bar also ends it where its own mode fits nothing (no fall-back
+  // to the other modes): only the same bar gives the same result.
+  const bool bar_serves = queued.how.beat_ms == wanted.how.beat_ms ||
+                          (!wanted.how.quick && queued.how.beat_ms >= wanted.how.beat_ms);
+  return bar_serves && queued.replicas == wanted.replicas;
+}
+
+void SearchesAhead::add(Search search) {
+  {
+    const std::lock_guard lock(mutex_);
+    if (!helped_ || closed_) return;
+    entries_.push_back({std::move(search), State::Queued, std::nullopt});
+  }
+  changed_.notify_all();
+}
+
+Choice SearchesAhead::search(const Search& wanted) {
+  std::unique_lock lock(mutex_);
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].state == State::Taken || !serves(entries_[i].search, wanted)) continue;
+    if (entries_[i].state == State::Queued) {  // not started: run it here, as one thread would
+      entries_[i].state = State::Taken;
+      break;
+    }
+    // Running on the helper: meanwhile the queued searches (the helper's next), in order.
+    while (entries_[i].state != State::Done) {
+      if (!run_next(lock)) changed_.wait(lock);
+    }
+    entries_[i].state = State::Taken;
+    if (!entries_[i].result) break;  // it threw: run here, which throws as one thread would
+    Choice found = std::move(*entries_[i].result);
+    lock.unlock();
+    if (found.replicas.empty() || found.est_ms >= wanted.how.beat_ms) {
+      // Nothing below the caller's bar: what search_replicas() returns for that.
+      Choice none;
+      none.schedule = wanted.schedule;
+      none.est_ms = std::numeric_limits<double>::infinity();
+      return none;
+    }
+    return found;
+  }
+  lock.unlock();
+  return run_(wanted);
+}
+
+bool SearchesAhead::run_next(std::unique_lock<std::mutex>& lock) {
+  const auto queued = std::ranges::find_if(entries_, [](const Entry& e) { return e.state == State::Queued; });
+  if (queued == entries_.end()) return false;
+  const std::size_t index = static_cast<std::size_t>(queued - entries_.begin());
+  queued->state = State::Running;
+  Search search = queued->search;
+  search.how.abandon = &closed_;  // dropped at close(): ends early then
+  lock.unlock();
+  std::optional<Choice> result;
+  try {
+    result = run_(search);
+  } catch (...) {
+    // Whoever asks for it runs it again and meets the error itself.
+  }
+  lock.lock();
+  // entries_ may have grown (and moved) meanwhile: the entry by its index. An abandoned
+  // search's result is no result.
+  if (closed_) result.reset();
+  entries_[index].result = std::move(result);
+  entries_[index].state = State::Done;
+  changed_.notify_all();
+  return true;
+}
+
+void SearchesAhead::serve() {
+  std::unique_lock lock(mutex_);
+  while (!closed_) {
+    if (!run_next(lock)) changed_.wait(lock);
+  }
+}
+
+void SearchesAhead::close() {
+  {
+    const std::lock_guard lock(mutex_);
+    closed_ = true;
+  }
+  changed_.notify_all();
+}
+
+}  // namespace dynapipe::planner_detail
