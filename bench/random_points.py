@@ -78,11 +78,11 @@ def simulate(binary, p, strategies, schedules, extra):
     return rows
 
 
-def plan_file(binary, p, strategy, threads, out):
+def plan_file(binary, p, strategy, recompute, threads, out):
     """The plan JSON of p's first two iterations planned on `threads`, planning times dropped
     (None where the plan fails: an infeasible point)."""
     cmd = [binary, "plan", "--samples", DATA, "--iterations", "2", "--no-compare", "--strategy", strategy,
-           "--planner-threads", str(threads), "--model", p["model"], "--pp", str(p["pp"]),
+           "--recompute", recompute, "--planner-threads", str(threads), "--model", p["model"], "--pp", str(p["pp"]),
            "--dp", str(p["dp"]), "--memory-limit", str(p["gib"]), "--cost-model", p["cost"],
            "--max-seqlen", str(p["seqlen"]), "--global-batch-tokens", str(p["tokens"]), "--out", out]
     if p["model"] == "t5-11b":
@@ -118,8 +118,8 @@ def main():
         with tempfile.TemporaryDirectory() as work:
             for _ in range(args.points):
                 p = draw(rng, args.card)
-                one = plan_file(binary, p, args.strategy, 1, os.path.join(work, "one.json"))
-                several = plan_file(binary, p, args.strategy, 4, os.path.join(work, "four.json"))
+                one = plan_file(binary, p, args.strategy, args.recompute, 1, os.path.join(work, "one.json"))
+                several = plan_file(binary, p, args.strategy, args.recompute, 4, os.path.join(work, "four.json"))
                 if one is None and several is None:
                     print(f"{describe(p)}: infeasible", flush=True)
                     continue

@@ -69,6 +69,7 @@ struct ReplicaSearch {
   double beat_ms = std::numeric_limits<double>::infinity();
   // SearchOptions::abandon: the result is then dropped (searches_ahead.h).
   const std::atomic<bool>* abandon = nullptr;
+  bool operator==(const ReplicaSearch&) const = default;
 };
 
 // One search_replicas() call: each replica's micro-batches, the schedule, the options.
