@@ -230,11 +230,9 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
                             double beat_ms = std::numeric_limits<double>::infinity()) -> double {
     const ScheduleKind schedule = schedule_given.value_or(ranked_choice.schedule);
     if (const Searched* s = covering(ranked_choice, mode, schedule)) return s->est_ms;
-    const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
-    Choice full = mode ? ahead.search({replicas, schedule,
-                                       {.quick = true, .recompute = *mode,
-                                        .other_modes = other_modes, .permute = true}})
-                       : ahead.search({replicas, schedule, {.beat_ms = beat_ms}});
+    SearchCall call{replica_microbatches(ranked_choice), schedule, {.beat_ms = beat_ms}};
+    if (mode) call.how = {.quick = true, .recompute = *mode, .other_modes = other_modes, .permute = true};
+    Choice full = ahead.search(call);
     if (redeals) {
       // Only a deal faster than this cut's own and the plan so far can matter.
       double bar = full.replicas.empty() ? beat_ms : full.est_ms;

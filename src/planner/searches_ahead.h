@@ -2,9 +2,10 @@
 // otherwise idle: after rank_dp_plans() choose() runs its steps one after another, each
 // step's bar set by the steps before it, while the second core waits. Some of its later
 // searches do not depend on those steps (a baseline cut's search in its own mode has no
-// bar) or only through a bar that can only fall (the plan's critical-path search): those
-// are queued here when choose() can tell it will likely need them, and a helper thread
-// runs them in queue order while choose() goes on.
+// bar) or only through the plan so far, which mostly stays (its random orders, and its
+// critical-path search, whose bar can only fall): those are queued here when choose() can
+// tell it will likely need them, and a helper thread runs them in queue order while
+// choose() goes on.
 //
 // The plan is the same for any thread count: a search choose() asks for is answered with
 // exactly what search_replicas() returns for it. Where no helper has started the queued
@@ -22,7 +23,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <exception>
 #include <functional>
 #include <mutex>
 #include <optional>
