@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Wall times of two planner_bench builds, run in turn: on this shared VM one binary's times
-# swing by up to 1.5× between minutes, so two builds are only compared round by round, in
-# alternation, by the median and the minimum of all their repetitions.
+# swing by up to 1.5× between minutes, so two builds are only compared in alternating
+# rounds (each round's first binary alternating too), by the median and the minimum of all
+# their repetitions.
 #
 #   BASE=/tmp/base/planner_bench bench/planner_wall_times.sh               # every plan/ benchmark
 #   BASE=... FILTER='short256/threads2/real_time$' ROUNDS=6 bench/planner_wall_times.sh
@@ -30,9 +31,13 @@ for binary in "$BENCH" "$BASE"; do
   fi
 done
 
+# The second binary of a round ran up to ~10% slower than the first in A/A runs (the same
+# build twice), so the order alternates from round to round.
 for ((round = 1; round <= ROUNDS; ++round)); do
   echo "round $round of $ROUNDS" >&2
-  for binary in "$BASE" "$BENCH"; do
+  order=("$BASE" "$BENCH")
+  ((round % 2 == 0)) && order=("$BENCH" "$BASE")
+  for binary in "${order[@]}"; do
     label=base
     [ "$binary" = "$BENCH" ] && label=new
     "$binary" --benchmark_filter="$FILTER" --benchmark_repetitions="$REPETITIONS" \
