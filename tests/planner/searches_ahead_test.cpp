@@ -36,6 +36,14 @@ Choice found(double est_ms, const SearchCall& s) {
   return c;
 }
 
+// A stand-in search that counts its runs and finds est_ms.
+auto counted(std::atomic<int>& runs, double est_ms) {
+  return [&runs, est_ms](const SearchCall& s) {
+    ++runs;
+    return found(est_ms, s);
+  };
+}
+
 TEST(SearchesAheadTest, ASearchNeverQueuedRunsOnTheCaller) {
   std::atomic<int> runs{0};
   std::thread::id ran_on;
@@ -53,10 +61,7 @@ TEST(SearchesAheadTest, ASearchNeverQueuedRunsOnTheCaller) {
 // Without a helper (one thread) add() queues nothing: a search runs when asked for.
 TEST(SearchesAheadTest, WithoutAHelperNothingIsQueued) {
   std::atomic<int> runs{0};
-  SearchesAhead ahead([&](const SearchCall& s) {
-    ++runs;
-    return found(5, s);
-  }, false);
+  SearchesAhead ahead(counted(runs, 5), false);
   EXPECT_FALSE(ahead.helped());
   ahead.add(call(3));
   std::thread helper([&] { ahead.serve(); });  // a serve() anyway finds nothing to run
@@ -71,10 +76,7 @@ TEST(SearchesAheadTest, WithoutAHelperNothingIsQueued) {
 // serve() after close() starts nothing.
 TEST(SearchesAheadTest, AQueuedSearchNoHelperStartedRunsOnTheCallerOnce) {
   std::atomic<int> runs{0};
-  SearchesAhead ahead([&](const SearchCall& s) {
-    ++runs;
-    return found(5, s);
-  }, true);
+  SearchesAhead ahead(counted(runs, 5), true);
   ahead.add(call(3));
   ahead.add(call(4));  // never asked for
   EXPECT_EQ(ahead.search(call(3)).est_ms, 5);
