@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "dynapipe/batching/varlen_regroup.h"
@@ -21,6 +22,13 @@ bool runs_cut(const Choice& choice, std::size_t replicas, auto&& microbatches_of
 }
 
 }  // namespace
+
+Choice nothing_found(ScheduleKind schedule) {
+  Choice none;
+  none.schedule = schedule;
+  none.est_ms = std::numeric_limits<double>::infinity();
+  return none;
+}
 
 std::vector<std::vector<MicroBatch>> replica_microbatches(const Choice& choice) {
   std::vector<std::vector<MicroBatch>> replicas;

@@ -141,6 +141,9 @@ struct DpTarget {
 constexpr double kRuleWindow = 1.05, kOtherRuleWindow = 1.02;
 constexpr double kRuleStartsIdleShare = 0.12, kRuleStartsOverhead = 0.05;
 
+// What search_replicas() returns where some replica cannot beat its bar: no replicas,
+// est_ms +inf (ReplicaSearch::beat_ms).
+Choice nothing_found(ScheduleKind schedule);
 // Each replica's micro-batches of a choice, as search_replicas() takes them.
 std::vector<std::vector<MicroBatch>> replica_microbatches(const Choice& choice);
 // Whether two plans run the same micro-batches, replica by replica.

@@ -137,11 +137,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     } catch (const Error& e) {
       throw Error(e.kind(), cat("iteration ", batch.index, " replica ", r, ": ", e.what()));
     }
-    if (!replica.best.found) {  // the slowest replica cannot beat beat_ms
-      choice.replicas.clear();
-      choice.est_ms = std::numeric_limits<double>::infinity();
-      return choice;
-    }
+    if (!replica.best.found) return nothing_found(schedule);  // it cannot beat beat_ms
     choice.est_ms = std::max(choice.est_ms, replica.best.sim.makespan_ms);
     choice.replicas.push_back(std::move(replica));
   }
@@ -185,8 +181,8 @@ Choice Planner::Impl::with_random_orders(const GlobalBatch& batch, Choice choice
   auto run = [&](const SearchCall& s) {
     return ahead != nullptr ? ahead->search(s) : search_replicas(batch, s.replicas, s.schedule, s.how);
   };
-  if (choice.replicas.size() > 1 && searches.size() == 1) {
-    // Replicas in different modes: one search of them all.
+  if (searches.front().replicas.size() > 1) {
+    // One search of every replica (their modes differ).
     Choice again = run(searches.front());
     if (!(again.est_ms < choice.est_ms)) return choice;
     again.batching = choice.batching;

@@ -2,7 +2,6 @@
 #include "searches_ahead.h"
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 
 namespace dynapipe::planner_detail {
@@ -52,13 +51,8 @@ Choice SearchesAhead::search(const Search& wanted) {
     if (!entries_[i].result) break;  // it threw: run here, which throws as one thread would
     Choice found = std::move(*entries_[i].result);
     lock.unlock();
-    if (found.replicas.empty() || found.est_ms >= wanted.how.beat_ms) {
-      // Nothing below the caller's bar: what search_replicas() returns for that.
-      Choice none;
-      none.schedule = wanted.schedule;
-      none.est_ms = std::numeric_limits<double>::infinity();
-      return none;
-    }
+    // Nothing below the caller's bar: what search_replicas() returns for that.
+    if (found.replicas.empty() || found.est_ms >= wanted.how.beat_ms) return nothing_found(wanted.schedule);
     return found;
   }
   lock.unlock();
