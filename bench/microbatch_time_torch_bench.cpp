@@ -94,8 +94,14 @@ int run(int argc, char** argv) {
         for (std::size_t s = 0; s < t.fwd_ms.size(); ++s) measured.push_back(t.fwd_ms[s] + t.bwd_ms[s]);
         std::string est_text, measured_text;
         double est_max = 0, measured_max = 0;
+        // Per device: an interleaved plan estimates each of its virtual stages, which
+        // run on device v % pp (PipelineLayout::device_of).
+        std::vector<double> est_device(measured.size(), 0.0);
+        for (std::size_t v = 0; v < est.fwd_ms.size(); ++v) {
+          est_device[v % measured.size()] += est.fwd_ms[v] + est.bwd_ms[v];
+        }
         for (std::size_t s = 0; s < measured.size(); ++s) {
-          const double e = est.fwd_ms[s] + est.bwd_ms[s];
+          const double e = est_device[s];
           char buf[64];
           std::snprintf(buf, sizeof buf, "%s%.2f", s ? "/" : "", e);
           est_text += buf;
