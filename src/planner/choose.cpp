@@ -158,14 +158,17 @@ Choice Planner::Impl::choose(const GlobalBatch& batch, int threads) const {
     }
     return with_random_orders(batch, std::move(best));
   }
-  std::vector<Choice> ranked = rank_dp_plans(batch, threads);
-  std::stable_sort(ranked.begin(), ranked.end(), ranks_before);
   // The steps from the ranked cuts, on this thread; on a second one the searches they will
-  // likely need later (searches_ahead.h). On one thread the steps alone, as before.
+  // likely need later (searches_ahead.h), the first of them already while the cuts are
+  // ranked. On one thread the steps alone, as before.
   const bool helped = threads > 1;
   SearchesAhead ahead([&](const SearchesAhead::Search& s) {
     return m.search_replicas(batch, s.replicas, s.schedule, s.how);
   }, helped);
+  std::vector<Choice> ranked = rank_dp_plans(batch, threads, &ahead);
+  // A search queued there and not started is left to the steps, as on one thread.
+  ahead.drop_queued();
+  std::stable_sort(ranked.begin(), ranked.end(), ranks_before);
   std::optional<Choice> chosen;
   const std::vector<std::exception_ptr> errors = run_indexed(helped ? 2 : 1, threads, [&](std::size_t task) {
     if (task == 1) {

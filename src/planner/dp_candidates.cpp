@@ -1,10 +1,14 @@
 // The DP strategies' candidate cuts, each ranked by a quick search.
 #include "planner_impl.h"
+#include "searches_ahead.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
+#include <future>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <ranges>
 #include <utility>
 
@@ -28,7 +32,8 @@ bool lone_samples_may_gain(int lone, int pp) { return lone >= 1 && lone <= pp; }
 // The DP strategies' micro-batchings, each ranked by a quick search: one DP per memory
 // rule planned for (and, for dynapipe, per varlen order), the best of each order again
 // with a head and a tail, and a line search on the bubble weight of the best.
-std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int threads) const {
+std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int threads,
+                                                  SearchesAhead* ahead) const {
   const Impl& m = *this;
   std::vector<std::pair<BatchingOptions, ScheduleKind>> plans{{m.batching, m.schedule}};
   for (const DpTarget& target : m.more_targets) {
@@ -177,6 +182,27 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
       if (!it->named_schedule_form && (found == ranked.end() || it->est_ms < found->est_ms)) found = it;
     }
     return found;
+  };
+  // On two threads the baselines' task ends well before the steps from the first pass
+  // (T5-11B pp 8 short256: ~3.5 ms before), and the first full search choose_ranked() runs
+  // is, mostly, the best ranked cut's once the head-and-tail forms are ranked (the fastest
+  // by quick estimate, no bar; searches_ahead.h): queued then, that task runs it when its
+  // own work ends. Where a later step ranks another cut first it goes unused, on a thread
+  // that idled.
+  // The baselines' task waits for that point only where the steps have started: they then
+  // reach it or end (by an error too: `then`'s guard below), so the wait ends.
+  const bool ahead_helped = ahead != nullptr && ahead->helped();
+  std::atomic<bool> steps_started{false};
+  std::promise<void> queued_promise;
+  const std::shared_future<void> queued = queued_promise.get_future().share();
+  std::once_flag queued_once;
+  auto mark_queued = [&] { std::call_once(queued_once, [&] { queued_promise.set_value(); }); };
+  auto queue_first_full_search = [&] {
+    if (ahead_helped && !ranked.empty()) {
+      const Choice& best_cut = *std::ranges::min_element(ranked, ranks_before);
+      ahead->add({replica_microbatches(best_cut), best_cut.schedule, {}});
+    }
+    mark_queued();
   };
   std::vector<Choice> other_mode_cuts;
   // The steps from the first pass's cuts: other modes, lone samples, heads and tails, the
@@ -373,6 +399,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
       }
       return starts;
     };
+    queue_first_full_search();
     if (m.options.schedule_aware_dp && m.config.pp > 1) {
       // Up to two steps from ranked[k], β times `factor` each, while the simulation
       // improves; whether one did.
@@ -452,9 +479,19 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
   // The first pass (one DP per plan), then the steps from its cuts; on several threads the
   // baselines' cuts beside them.
   m.first_dp_pass(batch, plans, threads, cache,
-                  baseline_task ? std::function<void()>([&] { rank_baseline_cuts(baseline_ranked); })
+                  baseline_task ? std::function<void()>([&] {
+                    rank_baseline_cuts(baseline_ranked);
+                    if (!ahead_helped) return;
+                    if (steps_started) queued.wait();
+                    ahead->serve_queued();
+                  })
                                 : std::function<void()>(),
                   [&](FirstPass first) {
+                    steps_started = true;
+                    const struct QueuedGuard {
+                      const std::function<void()> mark;
+                      ~QueuedGuard() { mark(); }
+                    } queued_guard{mark_queued};
                     rules = first.rules;
                     ranked = std::move(first.ranked);
                     best_of_order = std::move(first.best_of_order);

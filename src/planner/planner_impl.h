@@ -264,8 +264,11 @@ struct Planner::Impl {
                                                    Recompute recompute) const;
   // On `threads` > 1 the first DPs of the sorted and the packed orders run side by side,
   // the baselines' cuts beside them and beside the steps from their cuts; the list is what
-  // one thread gives.
-  std::vector<Choice> rank_dp_plans(const GlobalBatch& batch, int threads) const;
+  // one thread gives. `ahead` (where given, and helped): the full search choose_ranked()
+  // will likely start with, the first pass's best cut's, is queued there when the steps
+  // start, and the baselines' task runs it once it ends.
+  std::vector<Choice> rank_dp_plans(const GlobalBatch& batch, int threads,
+                                    planner_detail::SearchesAhead* ahead = nullptr) const;
   // rank_dp_plans()'s first pass: a quick search of each plan's DP cut (plans[k]: options
   // and the schedule searched), the interleaved rule's later orders skipped where it lost
   // clearly on the sorted order; `then` gets the cuts that fit, in plan order. On `threads`

@@ -90,6 +90,22 @@ void SearchesAhead::serve() {
   }
 }
 
+void SearchesAhead::serve_queued() {
+  std::unique_lock lock(mutex_);
+  while (!closed_ && run_next(lock)) {
+  }
+}
+
+void SearchesAhead::drop_queued() {
+  {
+    const std::lock_guard lock(mutex_);
+    for (Entry& e : entries_) {
+      if (e.state == State::Queued) e.state = State::Taken;
+    }
+  }
+  changed_.notify_all();
+}
+
 void SearchesAhead::close() {
   {
     const std::lock_guard lock(mutex_);

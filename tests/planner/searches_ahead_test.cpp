@@ -8,8 +8,10 @@
 #include <cmath>
 #include <future>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 namespace dynapipe::planner_detail {
 namespace {
@@ -226,6 +228,55 @@ TEST(SearchesAheadTest, TheCallerRunsQueuedSearchesWhileItWaits) {
   ahead.add(call(5));  // after close(): never run ahead
   ahead.serve();       // returns at once
   EXPECT_EQ(runs, 2);
+}
+
+// serve_queued() runs what is queued, in queue order, on its thread, and returns when
+// nothing is: its results serve the caller as serve()'s do.
+TEST(SearchesAheadTest, ServeQueuedRunsTheQueueAndReturns) {
+  std::vector<std::size_t> order;
+  std::thread::id ran_on;
+  SearchesAhead ahead([&](const SearchCall& s) {
+    order.push_back(s.replicas.front().size());
+    ran_on = std::this_thread::get_id();
+    return found(static_cast<double>(s.replicas.front().size()), s);
+  }, true);
+  ahead.add(call(4));
+  ahead.add(call(3));
+  std::thread gap([&] { ahead.serve_queued(); });
+  gap.join();
+  EXPECT_EQ(order, (std::vector<std::size_t>{4, 3}));
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(ahead.search(call(3)).est_ms, 3);  // the result from the gap, not run again
+  EXPECT_EQ(ahead.search(call(4, {.beat_ms = 2})).replicas.size(), 0u);  // 4 is not below 2
+  EXPECT_EQ(order.size(), 2u);
+  ahead.close();
+}
+
+// drop_queued(): a search not yet started is no longer run ahead (serve() starts with the
+// ones queued later); the caller who asks for it runs it, once.
+TEST(SearchesAheadTest, ADroppedSearchRunsOnlyOnTheCaller) {
+  std::vector<std::size_t> order;
+  std::mutex order_mutex;
+  std::promise<void> later_ran;
+  SearchesAhead ahead([&](const SearchCall& s) {
+    const std::size_t n = s.replicas.front().size();
+    {
+      const std::lock_guard lock(order_mutex);
+      order.push_back(n);
+    }
+    if (n == 5) later_ran.set_value();
+    return found(static_cast<double>(n), s);
+  }, true);
+  ahead.add(call(3));
+  ahead.drop_queued();
+  ahead.add(call(5));
+  std::thread helper([&] { ahead.serve(); });
+  later_ran.get_future().wait();
+  ahead.close();
+  helper.join();
+  EXPECT_EQ(order, (std::vector<std::size_t>{5}));
+  EXPECT_EQ(ahead.search(call(3)).est_ms, 3);
+  EXPECT_EQ(order, (std::vector<std::size_t>{5, 3}));
 }
 
 }  // namespace
