@@ -184,23 +184,37 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
     return found;
   };
   // On two threads the baselines' task ends well before the steps from the first pass
-  // (T5-11B pp 8 short256: ~3.5 ms before), and the first full search choose_ranked() runs
-  // is, mostly, the best ranked cut's once the head-and-tail forms are ranked (the fastest
-  // by quick estimate, no bar; searches_ahead.h): queued then, that task runs it when its
-  // own work ends. Where a later step ranks another cut first it goes unused, on a thread
-  // that idled.
+  // (T5-11B pp 8 short256: ~3.5 ms before). choose_ranked() starts with full searches of
+  // the best ranked cuts (the first with no bar, the second with the first's result; a
+  // full search with no bar serves either, searches_ahead.h), and once the head-and-tail
+  // forms are ranked its first two are, mostly, the two best by then (every plan of the
+  // four `threads2` benchmarks, by a throwaway counter): both are queued there, and that
+  // task runs them when its own work ends, each only while the steps still run, so the
+  // end of the ranking waits for at most the one it started. Where a later step ranks
+  // another cut first one goes unused, on a thread that idled.
   // The baselines' task waits for that point only where the steps have started: they then
   // reach it or end (by an error too: `then`'s guard below), so the wait ends.
+  constexpr std::size_t kFullSearchesAhead = 2;
   const bool ahead_helped = ahead != nullptr && ahead->helped();
-  std::atomic<bool> steps_started{false};
+  std::atomic<bool> steps_started{false}, steps_ended{false};
   std::promise<void> queued_promise;
   const std::shared_future<void> queued = queued_promise.get_future().share();
   std::once_flag queued_once;
   auto mark_queued = [&] { std::call_once(queued_once, [&] { queued_promise.set_value(); }); };
-  auto queue_first_full_search = [&] {
-    if (ahead_helped && !ranked.empty()) {
-      const Choice& best_cut = *std::ranges::min_element(ranked, ranks_before);
-      ahead->add({replica_microbatches(best_cut), best_cut.schedule, {}});
+  auto queue_full_searches = [&] {
+    if (ahead_helped) {
+      // As choose_ranked() takes them: the cuts that get a full search slot, best first.
+      std::vector<const Choice*> order;
+      for (const Choice& c : ranked) {
+        if (!c.baseline_cut && !c.other_mode_cut && !c.named_schedule_form &&
+            !c.batching.varlen_padded_cut && !c.batching.lone_samples_alone) {
+          order.push_back(&c);
+        }
+      }
+      std::ranges::stable_sort(order, [](const Choice* a, const Choice* b) { return ranks_before(*a, *b); });
+      for (std::size_t i = 0; i < std::min(order.size(), kFullSearchesAhead); ++i) {
+        ahead->add({replica_microbatches(*order[i]), order[i]->schedule, {}});
+      }
     }
     mark_queued();
   };
@@ -399,7 +413,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
       }
       return starts;
     };
-    queue_first_full_search();
+    queue_full_searches();
     if (m.options.schedule_aware_dp && m.config.pp > 1) {
       // Up to two steps from ranked[k], β times `factor` each, while the simulation
       // improves; whether one did.
@@ -483,15 +497,19 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
                     rank_baseline_cuts(baseline_ranked);
                     if (!ahead_helped) return;
                     if (steps_started) queued.wait();
-                    ahead->serve_queued();
+                    ahead->serve_queued([&] { return !steps_ended; });
                   })
                                 : std::function<void()>(),
                   [&](FirstPass first) {
                     steps_started = true;
-                    const struct QueuedGuard {
+                    const struct StepsGuard {
                       const std::function<void()> mark;
-                      ~QueuedGuard() { mark(); }
-                    } queued_guard{mark_queued};
+                      std::atomic<bool>& ended;
+                      ~StepsGuard() {
+                        ended = true;
+                        mark();
+                      }
+                    } steps_guard{mark_queued, steps_ended};
                     rules = first.rules;
                     ranked = std::move(first.ranked);
                     best_of_order = std::move(first.best_of_order);

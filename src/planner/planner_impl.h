@@ -264,9 +264,10 @@ struct Planner::Impl {
                                                    Recompute recompute) const;
   // On `threads` > 1 the first DPs of the sorted and the packed orders run side by side,
   // the baselines' cuts beside them and beside the steps from their cuts; the list is what
-  // one thread gives. `ahead` (where given, and helped): the full search choose_ranked()
-  // will likely start with, the first pass's best cut's, is queued there when the steps
-  // start, and the baselines' task runs it once it ends.
+  // one thread gives. `ahead` (where given, and helped): the full searches choose_ranked()
+  // will likely start with, of the two best cuts once the head-and-tail forms are ranked,
+  // are queued there, and the baselines' task runs them once its work ends, each while the
+  // steps still run.
   std::vector<Choice> rank_dp_plans(const GlobalBatch& batch, int threads,
                                     planner_detail::SearchesAhead* ahead = nullptr) const;
   // rank_dp_plans()'s first pass: a quick search of each plan's DP cut (plans[k]: options

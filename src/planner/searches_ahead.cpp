@@ -90,9 +90,9 @@ void SearchesAhead::serve() {
   }
 }
 
-void SearchesAhead::serve_queued() {
+void SearchesAhead::serve_queued(const std::function<bool()>& keep_going) {
   std::unique_lock lock(mutex_);
-  while (!closed_ && run_next(lock)) {
+  while (!closed_ && keep_going() && run_next(lock)) {
   }
 }
 

@@ -15,8 +15,8 @@
 // "found nothing" result the caller's own search returns (schedule_search.h: below the bar
 // the winner is the same). A queued search that threw is run again by the caller.
 //
-// rank_dp_plans() queues the first of them already, for the thread that ranked the
-// baselines' cuts, which runs it with serve_queued() when that work ends; what no thread
+// rank_dp_plans() queues the first two already, for the thread that ranked the
+// baselines' cuts, which runs them with serve_queued() when that work ends; what no thread
 // started by the end of the ranking is dropped (drop_queued()) and left to the steps.
 //
 //   SearchesAhead ahead([&](const SearchesAhead::Search& s) { return run(s); }, threads > 1);
@@ -53,9 +53,10 @@ class SearchesAhead {
   Choice search(const Search& search);
   // The helper's loop: runs queued searches in queue order until close().
   void serve();
-  // Runs the queued searches, in queue order, until none is queued, and returns: for a
-  // thread that has a gap before serve() starts (rank_dp_plans()' baseline task).
-  void serve_queued();
+  // Runs the queued searches, in queue order, while keep_going() holds before each and
+  // one is queued, and returns: for a thread that has a gap before serve() starts
+  // (rank_dp_plans()' baseline task).
+  void serve_queued(const std::function<bool()>& keep_going);
   // Leaves every search not yet started to whoever asks for it (who runs it then, as
   // search() does with any queued one), so that serve() starts with later ones.
   void drop_queued();

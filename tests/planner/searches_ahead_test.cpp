@@ -242,7 +242,7 @@ TEST(SearchesAheadTest, ServeQueuedRunsTheQueueAndReturns) {
   }, true);
   ahead.add(call(4));
   ahead.add(call(3));
-  std::thread gap([&] { ahead.serve_queued(); });
+  std::thread gap([&] { ahead.serve_queued([] { return true; }); });
   gap.join();
   EXPECT_EQ(order, (std::vector<std::size_t>{4, 3}));
   EXPECT_NE(ran_on, std::this_thread::get_id());
@@ -277,6 +277,25 @@ TEST(SearchesAheadTest, ADroppedSearchRunsOnlyOnTheCaller) {
   EXPECT_EQ(order, (std::vector<std::size_t>{5}));
   EXPECT_EQ(ahead.search(call(3)).est_ms, 3);
   EXPECT_EQ(order, (std::vector<std::size_t>{5, 3}));
+}
+
+// serve_queued() asks keep_going() before each search: once it says no, what is left stays
+// queued (and runs on the caller when asked for).
+TEST(SearchesAheadTest, ServeQueuedStopsWhenKeepGoingSaysNo) {
+  std::atomic<int> runs{0};
+  SearchesAhead ahead(counted(runs, 5), true);
+  ahead.add(call(3));
+  ahead.add(call(4));
+  int asked = 0;
+  std::thread gap([&] { ahead.serve_queued([&] { return asked++ == 0; }); });
+  gap.join();
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(ahead.search(call(4)).est_ms, 5);  // still queued: run here
+  EXPECT_EQ(runs, 2);
+  EXPECT_EQ(ahead.search(call(3)).est_ms, 5);  // the gap's result
+  EXPECT_EQ(runs, 2);
+  ahead.close();
 }
 
 }  // namespace
