@@ -98,7 +98,9 @@ void Simulator::compute_memory(const PipelineProblem& problem, const ScheduleOrd
     std::int64_t current = problem.static_bytes[device_of_sim_[d]];
     std::int64_t peak = current;
     PipelineOp peak_op{};
-    const std::int64_t copy_bytes = problem.weight_bytes.empty() ? 0 : problem.weight_bytes[d];
+    // weight_bytes is per device, d a simulated one (stage replicas add some).
+    const std::int64_t copy_bytes =
+        stashes && !problem.weight_bytes.empty() ? problem.weight_bytes[device_of_sim_[d]] : 0;
     const auto& ops = order.device_ops[d];
     for (std::size_t k = 0; k < ops.size(); ++k) {
       const PipelineOp& op = ops[k];
