@@ -42,6 +42,11 @@ bool same_cut(const Choice& a, const Choice& b) {
                   [&](std::size_t r) -> const std::vector<MicroBatch>& { return b.replicas[r].microbatches; });
 }
 
+bool searched_on_top(const Choice& c) {
+  return c.batching.varlen_padded_cut || c.batching.lone_samples_alone || c.other_mode_cut ||
+         c.named_schedule_form;
+}
+
 bool ranks_cut(const std::vector<Choice>& ranked, const std::vector<std::vector<MicroBatch>>& replicas) {
   return std::ranges::any_of(ranked, [&](const Choice& c) {
     return runs_cut(c, replicas.size(), [&](std::size_t r) -> const std::vector<MicroBatch>& { return replicas[r]; });

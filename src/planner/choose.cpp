@@ -266,10 +266,7 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
   // never pushes a plan out of the full search (the lone-sample cut did, before: T5-11B pp 8
   // on the H100 preset, 40 GiB, 4096, 16,384 tokens, 670.2 → 680.6 ms).
   // (A cut in a mode the DP did not pick, other_mode_cut, is searched last, below.)
-  auto on_top = [](const Choice& c) {
-    return c.batching.varlen_padded_cut || c.batching.lone_samples_alone || c.other_mode_cut ||
-           c.named_schedule_form;
-  };
+  // searched_on_top() tells them.
   // Ahead, on a second thread: the baselines' cuts' searches in their own mode (below) for
   // those whose quick estimate is within the window of the best ranked cut's, which
   // the three's best full result, mostly below it, sets.
@@ -292,7 +289,7 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
     // Each full search needs only to beat what its result is compared with: the padded
     // cut the choice so far, the others the best of the others (it sets the baseline
     // cuts' window below), so builds stop there.
-    if (on_top(ranked_choice)) {
+    if (searched_on_top(ranked_choice)) {
       if (rank++ < kFullSearches) {
         search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
                        choice ? choice->est_ms : std::numeric_limits<double>::infinity());
@@ -313,7 +310,7 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
     if (ranked_choice.schedule != ScheduleKind::Auto) {
       for (const Choice& later : ranked) {
         if (&later == &ranked_choice || later.baseline_cut || later.schedule != ScheduleKind::Auto ||
-            on_top(later) || !same_cut(later, ranked_choice) || merged.contains(&later)) {
+            searched_on_top(later) || !same_cut(later, ranked_choice) || merged.contains(&later)) {
           continue;
         }
         promoted = ScheduleKind::Auto;

@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
-#include <future>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <ranges>
 #include <utility>
 
@@ -192,31 +190,29 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
   // task runs them when its own work ends, each only while the steps still run, so the
   // end of the ranking waits for at most the one it started. Where a later step ranks
   // another cut first one goes unused, on a thread that idled.
-  // The baselines' task waits for that point only where the steps have started: they then
-  // reach it or end (by an error too: `then`'s guard below), so the wait ends.
+  // The baselines' task waits for that point only while the steps run: they reach it or
+  // end (by an error too: `then`'s guard below), so the wait ends.
   constexpr std::size_t kFullSearchesAhead = 2;
   const bool ahead_helped = ahead != nullptr && ahead->helped();
-  std::atomic<bool> steps_started{false}, steps_ended{false};
-  std::promise<void> queued_promise;
-  const std::shared_future<void> queued = queued_promise.get_future().share();
-  std::once_flag queued_once;
-  auto mark_queued = [&] { std::call_once(queued_once, [&] { queued_promise.set_value(); }); };
+  enum class Steps { NotStarted, Running, Queued, Ended };
+  std::atomic<Steps> steps{Steps::NotStarted};
+  auto set_steps = [&](Steps to) {
+    steps = to;
+    steps.notify_all();
+  };
   auto queue_full_searches = [&] {
     if (ahead_helped) {
       // As choose_ranked() takes them: the cuts that get a full search slot, best first.
       std::vector<const Choice*> order;
       for (const Choice& c : ranked) {
-        if (!c.baseline_cut && !c.other_mode_cut && !c.named_schedule_form &&
-            !c.batching.varlen_padded_cut && !c.batching.lone_samples_alone) {
-          order.push_back(&c);
-        }
+        if (!c.baseline_cut && !searched_on_top(c)) order.push_back(&c);
       }
       std::ranges::stable_sort(order, [](const Choice* a, const Choice* b) { return ranks_before(*a, *b); });
       for (std::size_t i = 0; i < std::min(order.size(), kFullSearchesAhead); ++i) {
         ahead->add({replica_microbatches(*order[i]), order[i]->schedule, {}});
       }
     }
-    mark_queued();
+    set_steps(Steps::Queued);
   };
   std::vector<Choice> other_mode_cuts;
   // The steps from the first pass's cuts: other modes, lone samples, heads and tails, the
@@ -496,20 +492,16 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
                   baseline_task ? std::function<void()>([&] {
                     rank_baseline_cuts(baseline_ranked);
                     if (!ahead_helped) return;
-                    if (steps_started) queued.wait();
-                    ahead->serve_queued([&] { return !steps_ended; });
+                    steps.wait(Steps::Running);
+                    ahead->serve_queued([&] { return steps == Steps::Queued; });
                   })
                                 : std::function<void()>(),
                   [&](FirstPass first) {
-                    steps_started = true;
-                    const struct StepsGuard {
-                      const std::function<void()> mark;
-                      std::atomic<bool>& ended;
-                      ~StepsGuard() {
-                        ended = true;
-                        mark();
-                      }
-                    } steps_guard{mark_queued, steps_ended};
+                    set_steps(Steps::Running);
+                    const struct StepsEnd {
+                      decltype(set_steps)& set;
+                      ~StepsEnd() { set(Steps::Ended); }
+                    } steps_end{set_steps};
                     rules = first.rules;
                     ranked = std::move(first.ranked);
                     best_of_order = std::move(first.best_of_order);

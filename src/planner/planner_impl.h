@@ -148,6 +148,10 @@ Choice nothing_found(ScheduleKind schedule);
 std::vector<std::vector<MicroBatch>> replica_microbatches(const Choice& choice);
 // Whether two plans run the same micro-batches, replica by replica.
 bool same_cut(const Choice& a, const Choice& b);
+// Whether choose_ranked() searches this ranked cut in full on top of the three best
+// others, not in one of their slots: the padded, lone-sample and other-mode cuts and the
+// forms ranked for a rule's own schedule.
+bool searched_on_top(const Choice& c);
 // Whether some choice of `ranked` runs exactly these micro-batches (any schedule or mode).
 bool ranks_cut(const std::vector<Choice>& ranked, const std::vector<std::vector<MicroBatch>>& replicas);
 // The ranked choice whose quick search ran on these micro-batches with this schedule and
