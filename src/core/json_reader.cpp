@@ -17,8 +17,37 @@ constexpr std::size_t kMaxShownChars = 40;
 
 const Json& json_of(const void* node) { return *static_cast<const Json*>(node); }
 
+// Appends `value` as compact JSON (dump(-1)'s text) to `out`, stopping once `out` is past
+// `limit`: a value shown in an error may be huge or nested thousands deep, which a whole
+// dump() would walk (recursively: a deep enough file overflowed the stack).
+void append_shown(const Json& value, std::string& out, std::size_t limit) {
+  if (out.size() > limit) return;
+  if (value.is_array()) {
+    out += '[';
+    for (std::size_t i = 0; i < value.size() && out.size() <= limit; ++i) {
+      if (i > 0) out += ',';
+      append_shown(value[i], out, limit);
+    }
+    out += ']';
+  } else if (value.is_object()) {
+    out += '{';
+    bool first = true;
+    for (auto it = value.begin(); it != value.end() && out.size() <= limit; ++it) {
+      if (!first) out += ',';
+      first = false;
+      out += Json(it.key()).dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+      out += ':';
+      append_shown(it.value(), out, limit);
+    }
+    out += '}';
+  } else {
+    out += value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  }
+}
+
 std::string shown_json(const Json& value) {
-  std::string text = value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  std::string text;
+  append_shown(value, text, kMaxShownChars);
   if (text.size() > kMaxShownChars) text = text.substr(0, kMaxShownChars) + "...";
   return text;
 }

@@ -127,6 +127,22 @@ TEST(JsonReaderTest, RootNameAndShortenedValues) {
             cat("f.json: s must be an integer, got \"", std::string(39, 'y'), "..."));
 }
 
+// The value shown is rendered only as far as it is shown: a whole dump() of a value nested
+// a million deep overflowed the stack (`--model` with such a name crashed `plan`).
+TEST(JsonReaderTest, ShownValuesStopAtTheirLengthHoweverDeepOrLarge) {
+  const std::size_t depth = 1'000'000;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  EXPECT_EQ(message_of(cat("{\"name\": ", deep, "}"), [](const JsonValue& r) { r["name"].string(); }),
+            cat("f.json: name must be a string, got ", std::string(40, '['), "..."));
+  EXPECT_EQ(message_of(R"({"a": {"k": [1, {"x": "y"}], "e": {}}})", [](const JsonValue& r) { r["a"].integer(); }),
+            R"(f.json: a must be an integer, got {"e":{},"k":[1,{"x":"y"}]})");
+  std::string wide = "[0", shown = "[0";
+  for (int i = 1; i < 200'000; ++i) wide += ",1";
+  for (int i = 1; i < 20; ++i) shown += ",1";  // 40 characters
+  EXPECT_EQ(message_of(cat("{\"a\": ", wide, "]}"), [](const JsonValue& r) { r["a"].string(); }),
+            cat("f.json: a must be a string, got ", shown, "..."));
+}
+
 TEST(JsonReaderTest, OnlyFieldsRejectsUnknownKeysAndListsTheKnownOnes) {
   const JsonDocument document(R"({"a": 1, "b": 2})", "f.json");
   EXPECT_NO_THROW(document.root().only_fields({"a", "b", "c"}));
