@@ -80,15 +80,18 @@ def simulate(binary, p, strategies, schedules, extra):
 
 def plan_file(binary, p, strategy, recompute, threads, out):
     """The plan JSON of p's first two iterations planned on `threads`, planning times dropped
-    (None where the plan fails: an infeasible point)."""
+    (None where the point is infeasible: `plan` exits 2; any other failure ends the run)."""
     cmd = [binary, "plan", "--samples", DATA, "--iterations", "2", "--no-compare", "--strategy", strategy,
            "--recompute", recompute, "--planner-threads", str(threads), "--model", p["model"], "--pp", str(p["pp"]),
            "--dp", str(p["dp"]), "--memory-limit", str(p["gib"]), "--cost-model", p["cost"],
            "--max-seqlen", str(p["seqlen"]), "--global-batch-tokens", str(p["tokens"]), "--out", out]
     if p["model"] == "t5-11b":
         cmd += ["--max-target-len", str(min(512, p["seqlen"]))]
-    if subprocess.run(cmd, capture_output=True, text=True).returncode != 0:
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode == 2:  # the config cannot be served (docs/errors.md)
         return None
+    if run.returncode != 0:  # a crash or an internal error is not an infeasible point
+        sys.exit(f"error: {' '.join(cmd)} exited {run.returncode}: {run.stderr.strip()}")
     with open(out) as f:
         return re.sub(r'"\w*planning_ms":\s*[0-9.eE+-]+', "", f.read())
 
