@@ -54,15 +54,16 @@ bool ranks_cut(const std::vector<Choice>& ranked, const std::vector<std::vector<
 }
 
 // The ranked choice whose quick search ran on these micro-batches with this schedule and
-// recompute mode (every entry of rank_dp_plans()'s list is such a search), or nullptr.
-// Searches are deterministic, so a repeat gives that choice's result: T5-11B pp 8 plans
-// of short samples cut the same micro-batches under ~3 of ~14 targets (the row-capacity
-// cut often is the packed-rows cut).
+// recompute mode (every entry of rank_dp_plans()'s list is such a search but the padded
+// cut's, which tries two orders), or nullptr. Searches are deterministic, so a repeat
+// gives that choice's result: T5-11B pp 8 plans of short samples cut the same
+// micro-batches under ~3 of ~14 targets (the row-capacity cut often is the packed-rows
+// cut).
 const Choice* same_quick_search(const std::vector<Choice>& ranked,
                                 const std::vector<std::vector<MicroBatch>>& replicas,
                                 ScheduleKind schedule, Recompute recompute) {
   for (const Choice& c : ranked) {
-    if (c.schedule == schedule && c.dp_recompute == recompute &&
+    if (c.schedule == schedule && c.dp_recompute == recompute && !c.batching.varlen_padded_cut &&
         runs_cut(c, replicas.size(),
                  [&](std::size_t r) -> const std::vector<MicroBatch>& { return replicas[r]; })) {
       return &c;

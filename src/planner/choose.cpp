@@ -226,6 +226,9 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
     }
     return nullptr;
   };
+  // The best full search of a cut but a padded one: the schedule rows' steps measure their
+  // own cuts against it, so that a padded cut winning among them closes no row and no look.
+  double unpadded_best_ms = std::numeric_limits<double>::infinity();
   auto search_in_full = [&](const Choice& ranked_choice,
                             std::optional<Recompute> mode = std::nullopt,
                             bool other_modes = true,
@@ -257,20 +260,25 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
         (!critical_path_best || est_ms < critical_path_best->est_ms)) {
       critical_path_best = full;
     }
+    if (!ranked_choice.batching.varlen_padded_cut) unpadded_best_ms = std::min(unpadded_best_ms, est_ms);
     if (!choice || est_ms < choice->est_ms) choice = std::move(full);
     searched.push_back({&ranked_choice, schedule, mode, est_ms});
     return est_ms;
   };
-  // The padded cut and the lone-sample cut are searched on top of the three best others
-  // when they rank among the three best (the baselines' cuts not counted), so adding them
-  // never pushes a plan out of the full search (the lone-sample cut did, before: T5-11B pp 8
-  // on the H100 preset, 40 GiB, 4096, 16,384 tokens, 670.2 → 680.6 ms).
+  // The lone-sample cut is searched on top of the three best others when it ranks among
+  // the three best (the baselines' cuts not counted), so adding it never pushes a plan out
+  // of the full search (it did, before: T5-11B pp 8 on the H100 preset, 40 GiB, 4096,
+  // 16,384 tokens, 670.2 → 680.6 ms). The padded cuts rank on another order than the
+  // others (rank_dp_plans()): none takes a place among the three; the schedule rows' steps
+  // measure their own cuts against the best full search of the others, and the cuts no step
+  // searched are searched last where they beat the plan.
   // (A cut in a mode the DP did not pick, other_mode_cut, is searched last, below.)
   // searched_on_top() tells them.
   // Ahead, on a second thread: the baselines' cuts' searches in their own mode (below) for
   // those whose quick estimate is within the window of the best ranked cut's, which
   // the three's best full result, mostly below it, sets.
-  const auto first_regular = std::ranges::find_if(ranked, [](const Choice& c) { return !c.baseline_cut; });
+  const auto first_regular = std::ranges::find_if(
+      ranked, [](const Choice& c) { return !c.baseline_cut && !c.batching.varlen_padded_cut; });
   if (ahead.helped() && first_regular != ranked.end()) {
     const double likely_window_ms =
         first_regular->est_ms *
@@ -285,10 +293,14 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
   std::set<const Choice*> merged;  // copies whose search an earlier copy ran with auto
   double others_best_ms = std::numeric_limits<double>::infinity();
   for (const Choice& ranked_choice : ranked) {
-    if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut) continue;
-    // Each full search needs only to beat what its result is compared with: the padded
-    // cut the choice so far, the others the best of the others (it sets the baseline
-    // cuts' window below), so builds stop there.
+    // The padded cuts are searched in the schedule rows' steps or last (below), the
+    // other-mode cuts last.
+    if (ranked_choice.baseline_cut || ranked_choice.other_mode_cut || ranked_choice.batching.varlen_padded_cut) {
+      continue;
+    }
+    // Each full search needs only to beat what its result is compared with: the
+    // lone-sample cut the choice so far, the others the best of the others (it sets the
+    // baseline cuts' window below), so builds stop there.
     if (searched_on_top(ranked_choice)) {
       if (rank++ < kFullSearches) {
         search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
@@ -333,12 +345,12 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
       !runs_critical_path(*choice)) {
     ahead.add({replica_microbatches(*choice), ScheduleKind::CriticalPath, {.beat_ms = choice->est_ms}});
   }
-  // The steps below measure against the best ranked cut but a lone-sample one: adding that
-  // cut must not close their windows on the others (T5-11B pp 8 on the H100 preset, 40 GiB,
-  // 4096, 16,384 tokens: it ranked first at 893.8 ms, which left the 1F1B row's 1022.9,
-  // 827.4 in full, outside the 5% window of the per-row searches).
-  const auto front = std::ranges::find_if(
-      ranked, [](const Choice& c) { return !c.batching.lone_samples_alone && !c.other_mode_cut && !c.named_schedule_form; });
+  // The steps below measure against the best ranked cut but one searched on top or last (a
+  // lone-sample or a padded cut, ...): adding such a cut must not close their windows on the
+  // others (T5-11B pp 8 on the H100 preset, 40 GiB, 4096, 16,384 tokens: the lone-sample cut
+  // ranked first at 893.8 ms, which left the 1F1B row's 1022.9, 827.4 in full, outside the
+  // 5% window of the per-row searches).
+  const auto front = std::ranges::find_if(ranked, [](const Choice& c) { return !searched_on_top(c); });
   const Choice& best_ranked = front != ranked.end() ? *front : ranked.front();
   const bool rows_gated = !(choice && idle_share(*choice) > kRuleStartsIdleShare &&
                             bottleneck_overhead(best_ranked) > kRuleStartsOverhead);
@@ -363,7 +375,7 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
       if (std::exchange(row_seen[{ranked_choice.schedule, padded}], true)) continue;
       if (!(ranked_choice.est_ms <= best_quick_ms * kOtherRuleWindow)) continue;
       if (covering(ranked_choice, std::nullopt, ranked_choice.schedule) != nullptr) continue;
-      const double bar_ms = padded ? choice->est_ms : std::min(others_best_ms, choice->est_ms);
+      const double bar_ms = padded ? choice->est_ms : std::min(others_best_ms, unpadded_best_ms);
       const std::optional<Choice> look = unless_ruled_out([&] {
         return m.search_replicas(batch, replica_microbatches(ranked_choice), ranked_choice.schedule,
                                  {.quick = true, .recompute = ranked_choice.dp_recompute, .permute = true,
@@ -406,7 +418,7 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
       const double ms = search_in_full(ranked_choice, std::nullopt, true, std::nullopt,
                                        padded ? choice->est_ms : others_best_ms);
       if (!padded) others_best_ms = std::min(others_best_ms, ms);
-      if (!(ms <= choice->est_ms * kCloseRow)) row_taken = kFullSearches;
+      if (!(ms <= (padded ? choice->est_ms : unpadded_best_ms) * kCloseRow)) row_taken = kFullSearches;
     }
   }
   // The baselines' cuts, then, each whose quick estimate is within the window
@@ -544,14 +556,23 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
   // with the three, one that won there moved the later steps' bars and gates, and the plan
   // they finished came out slower at 12 of 654 random dp > 1 points (dynapipe-padded, T5-11B
   // pp 8 dp 4, A100-40G preset, 1024, 65,536 tokens: 1053.6 -> 1061.5 ms).
+  // And so the padded cuts not searched in full by now whose quick estimate beats the plan
+  // (that estimate takes the better of two orders, the other cuts' their sorted one:
+  // rank_dp_plans()).
   std::size_t regular_ahead = 0;
   for (const Choice& ranked_choice : ranked) {
     if (ranked_choice.baseline_cut) continue;
-    if (!ranked_choice.other_mode_cut) {
+    if (ranked_choice.batching.varlen_padded_cut) {
+      if (!(ranked_choice.est_ms < choice->est_ms) ||
+          covering(ranked_choice, std::nullopt, ranked_choice.schedule) != nullptr) {
+        continue;
+      }
+    } else if (!ranked_choice.other_mode_cut) {
       ++regular_ahead;
       continue;
+    } else if (regular_ahead >= kFullSearches) {
+      continue;
     }
-    if (regular_ahead >= kFullSearches) continue;
     const std::vector<std::vector<MicroBatch>> replicas = replica_microbatches(ranked_choice);
     Choice full =
         m.search_replicas(batch, replicas, ranked_choice.schedule, {.beat_ms = choice->est_ms});

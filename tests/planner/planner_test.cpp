@@ -319,6 +319,23 @@ TEST(PlannerTest, PaddedCutNeverMakesThePlanSlower) {
   EXPECT_GE(improved, 1);
 }
 
+// The padded cut comes in the sorted order, the slowest a pipeline can run it (its longest
+// micro-batches fill or drain alone), so it is ranked in its organ-pipe order too: gpt-tiny
+// pp 2 on the CPU model (2048, 16,384 tokens), first batch, ranked it 2840.1 ms as sorted,
+// eighth, and never searched it in full, so dynapipe planned 2654.7 ms against
+// dynapipe-padded's 2638.0 for the same cut dense; ranked 2610.2 in its organ-pipe order it
+// is searched and kept. Each batch: dynapipe no slower than dynapipe-padded.
+TEST(PlannerTest, PaddedCutIsRankedInItsPipelineOrder) {
+  PlanConfig config = gpt_config("dynapipe", 2, 1, 2048);
+  config.model = load_model_spec("gpt-tiny");
+  config.cost_model = "analytic:cpu";
+  config.global_batch_tokens = 16384;
+  config.memory_limit_gib = 0;
+  PlanConfig padded = config;
+  padded.strategy = Strategy::DynaPipePadded;
+  expect_no_slower(Planner(config, PlannerOptions{}), Planner(padded, PlannerOptions{}), batches_of(config, 4));
+}
+
 // The critical-path schedule wins where unequal micro-batches meet a memory limit that
 // 1F1B's and ZB-H1's in-flight counts leave unused: at GPT-6.7B pp 4 (40 GiB, max seqlen
 // 4096) every iteration of `auto` runs it, faster than the plan whose schedule is fixed
