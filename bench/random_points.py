@@ -8,23 +8,29 @@ H100 presets, the measured H100 profile, or with --card h200 the measured H200 o
 `dynapipe simulate` on the bundled data:
 
   bench/random_points.py strategies --seed 1 --points 80   # dynapipe against each baseline
+  bench/random_points.py iterations --seed 1 --points 20   # the same, iteration by iteration
   bench/random_points.py schedules --seed 3 --points 60    # auto against each named schedule
   bench/random_points.py strategies --seed 1 --recompute per-microbatch  # every strategy so
   bench/random_points.py strategies --seed 1 --partition joint  # every strategy on its joint split
   bench/random_points.py threads --seed 1 --points 12      # one plan on 2 threads = on 1
+  bench/random_points.py iterations --cpu --seed 1         # gpt-tiny / t5-tiny on analytic:cpu
 
 `strategies` compares each strategy's best schedule (auto) on its own layer split by
 estimated tokens/s (packing-megatron's global batches hold fewer real tokens: its rows are
 cut to --max-seqlen); a line ends in LOSS where another strategy's throughput is higher. `schedules` runs one strategy
 (--strategy, default dynapipe) with auto and with each named schedule on the uniform split
 (so only the schedule search differs); a line ends in WORSE where a named schedule plans
-faster than auto. `threads` plans --strategy's first two iterations with `dynapipe plan
+faster than auto. `iterations` plans --iterations global batches (default 2) with `dynapipe
+plan --no-compare` for dynapipe and for each baseline but packing-megatron (whose batches hold
+other samples) and compares them batch by batch, not by the mean over batches `strategies`
+compares; a line per iteration, ending in LOSS where another strategy plans it faster. `threads` plans --strategy's first two iterations with `dynapipe plan
 --planner-threads 1` and with 4 (two threads per plan: the first DPs side by side, the later
 searches run ahead) and compares the plan files but their planning times; a line ends in
 DIFFERENT where they differ. Last, a count. Deterministic: the same seed gives the same
 points and figures. Environment: DYNAPIPE (build/dynapipe).
 """
 import argparse
+import json
 import os
 import random
 import re
@@ -35,6 +41,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "assets", "flan_like_mix.jsonl.gz")
 BASELINES = ["padding", "packing", "packing-varlen", "token-based", "packing-megatron", "dynapipe-padded"]
+SAME_BATCHES = [s for s in BASELINES if s != "packing-megatron"]  # plan dynapipe's global batches
 NAMED_SCHEDULES = ["1f1b", "zb1p", "critical-path", "wait-free-cyclic", "interleaved"]
 
 
@@ -55,8 +62,23 @@ def draw(rng, card="h100"):
     return point
 
 
+def draw_cpu(rng):
+    """A point of the CPU runtime's regime (`dynapipe train`'s tiny models on the
+    analytic:cpu preset, no memory limit)."""
+    return {
+        "model": rng.choice(["gpt-tiny", "t5-tiny"]),
+        "cost": "analytic:cpu",
+        "pp": rng.choice([2, 2, 4]),
+        "dp": rng.choice([1, 1, 2]),
+        "seqlen": rng.choice([1024, 2048, 4096]),
+        "tokens": rng.choice([8192, 16384, 32768]),
+        "gib": 0,
+    }
+
+
 def describe(p):
-    return (f"{p['model']} pp{p['pp']} dp{p['dp']} {p['gib']}G {os.path.basename(p['cost'])} "
+    limit = f"{p['gib']}G" if p["gib"] else "no-limit"
+    return (f"{p['model']} pp{p['pp']} dp{p['dp']} {limit} {os.path.basename(p['cost'])} "
             f"L{p['seqlen']} tokens {p['tokens']}")
 
 
@@ -96,14 +118,36 @@ def plan_file(binary, p, strategy, recompute, threads, out):
         return re.sub(r'"\w*planning_ms":\s*[0-9.eE+-]+', "", f.read())
 
 
+def iteration_ms(binary, p, strategy, iterations, extra, out):
+    """Each iteration's estimated ms of `strategy`'s plan of p's first `iterations` global
+    batches (None where the point is infeasible: `plan` exits 2; any other failure ends the
+    run)."""
+    cmd = [binary, "plan", "--samples", DATA, "--iterations", str(iterations), "--no-compare",
+           "--strategy", strategy, "--model", p["model"], "--pp", str(p["pp"]), "--dp", str(p["dp"]),
+           "--memory-limit", str(p["gib"]), "--cost-model", p["cost"], "--max-seqlen", str(p["seqlen"]),
+           "--global-batch-tokens", str(p["tokens"]), "--out", out] + extra
+    if p["model"] == "t5-11b":
+        cmd += ["--max-target-len", str(min(512, p["seqlen"]))]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode == 2:
+        return None
+    if run.returncode != 0:
+        sys.exit(f"error: {' '.join(cmd)} exited {run.returncode}: {run.stderr.strip()}")
+    with open(out) as f:
+        return [it["est_iteration_ms"] for it in json.load(f)["iterations"]]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("compare", choices=["strategies", "schedules", "threads"])
+    parser.add_argument("compare", choices=["strategies", "iterations", "schedules", "threads"])
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--iterations", type=int, default=2, help="iterations: global batches planned per point")
     parser.add_argument("--points", type=int, default=40)
     parser.add_argument("--strategy", default="dynapipe", help="schedules: the strategy planned")
     parser.add_argument("--card", choices=["h100", "h200"], default="h100",
                         help="the measured profiles a point drawn with one uses (the same draws either way)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="draw gpt-tiny / t5-tiny points on analytic:cpu, without a memory limit, instead")
     parser.add_argument("--recompute", default="auto",
                         help="--recompute for every strategy (auto, per-microbatch, none, selective, full)")
     parser.add_argument("--partition", default="balanced", choices=["uniform", "balanced", "joint"],
@@ -114,13 +158,44 @@ def main():
         sys.exit(f"error: {binary} is not an executable dynapipe; build it (bash scripts/build.sh)")
     if args.points <= 0:
         sys.exit(f"error: --points must be > 0, got {args.points}")
+    if args.iterations <= 0:
+        sys.exit(f"error: --iterations must be > 0, got {args.iterations}")
 
     rng = random.Random(args.seed)
+    if args.compare == "iterations":
+        # The same global batches for every strategy but packing-megatron (its rows are cut
+        # to --max-seqlen, so its batches hold other samples): iteration by iteration.
+        planned = behind = 0
+        extra = ["--recompute", args.recompute, "--partition", args.partition]
+        with tempfile.TemporaryDirectory() as work:
+            for _ in range(args.points):
+                p = draw_cpu(rng) if args.cpu else draw(rng, args.card)
+                out = os.path.join(work, "plan.json")
+                mine = iteration_ms(binary, p, "dynapipe", args.iterations, extra, out)
+                if mine is None:
+                    print(f"{describe(p)}: infeasible", flush=True)
+                    continue
+                others = {}
+                for strategy in SAME_BATCHES:
+                    ms = iteration_ms(binary, p, strategy, args.iterations, extra, out)
+                    if ms is not None:
+                        others[strategy] = ms
+                for i, ms in enumerate(mine):
+                    planned += 1
+                    name, best = min(((s, v[i]) for s, v in others.items()), key=lambda kv: kv[1],
+                                     default=(None, float("inf")))
+                    slower = best < ms
+                    behind += slower
+                    figures = f"dynapipe {ms:.1f} ms" + (f", fastest other {name} {best:.1f} ({best / ms:.4f}x)"
+                                                       if name else ", no other strategy fits")
+                    print(f"{describe(p)} iteration {i}: {figures}{' LOSS' if slower else ''}", flush=True)
+        print(f"{planned - behind} of {planned} iterations planned: dynapipe the fastest (or tied)")
+        return
     if args.compare == "threads":
         same = feasible = 0
         with tempfile.TemporaryDirectory() as work:
             for _ in range(args.points):
-                p = draw(rng, args.card)
+                p = draw_cpu(rng) if args.cpu else draw(rng, args.card)
                 one = plan_file(binary, p, args.strategy, args.recompute, 1, os.path.join(work, "one.json"))
                 several = plan_file(binary, p, args.strategy, args.recompute, 4, os.path.join(work, "four.json"))
                 if one is None and several is None:
@@ -134,7 +209,7 @@ def main():
     feasible = behind = 0
     label = "LOSS" if args.compare == "strategies" else "WORSE"
     for _ in range(args.points):
-        p = draw(rng, args.card)
+        p = draw_cpu(rng) if args.cpu else draw(rng, args.card)
         if args.compare == "strategies":
             rows = simulate(binary, p, ",".join(["dynapipe"] + BASELINES), "auto",
                             ["--recompute", args.recompute, "--partition", args.partition])
