@@ -55,42 +55,50 @@ bool wide_baseline_window(const Choice& plan, int dp) { return idle_share(plan) 
 
 }  // namespace
 
-// token-based's own micro-batches run as varlen rows, its token budget walked as its own
-// plan walks it: by full searches. Where fill and drain rule, quick estimates cannot stand
-// in for them (GPT-6.7B pp 8, A100 40 GiB, 8192, 16,384 tokens, the plan idling 0.81: they
-// walked the budget up, token-based's full searches down to many short micro-batches
-// around a lone 8192-token sample, 3816.3 ms against dynapipe's 3872.4). Each search need
-// only beat the plan so far (`choice`), which a faster cut replaces; the walk goes on while
-// its sizes do. Those cuts join `searched` for their random orders.
+// token-based's own micro-batches, its token budget walked as its own plan walks it: by
+// full searches. Where fill and drain rule, quick estimates cannot stand in for them
+// (GPT-6.7B pp 8, A100 40 GiB, 8192, 16,384 tokens, the plan idling 0.81: they walked the
+// budget up, token-based's full searches down to many short micro-batches around a lone
+// 8192-token sample, 3816.3 ms against dynapipe's 3872.4). Two walks, one with the cuts
+// as varlen rows and one padded as token-based runs them (the cost model need not price a
+// varlen row below the same samples padded), each following its cuts' own times as
+// token-based's walk does; a cut faster than the plan so far (`choice`) replaces it. Where
+// only varlen cuts were walked, and only while they beat the plan, T5-11B pp 8 on the H100
+// preset (40 GiB, 8192, 16,384 tokens, iteration 2) ran 915.6 ms and token-based's own
+// plan, walked to 12 padded micro-batches, 894.3. Those cuts join `searched` for their
+// random orders.
 void Planner::Impl::walk_token_budget(const GlobalBatch& batch, Choice* choice,
                                       std::vector<Choice>* searched) const {
   const BatchingOptions theirs = as_baseline(batching, Strategy::TokenBased);
   const std::optional<BatchingResult> cut =
       unless_ruled_out([&] { return make_microbatches(batch, *cost, theirs); });
   if (!cut) return;
-  // The cut's simulated time where it beats the plan so far, else to_beat_ms (the walk
-  // stops there).
-  auto beats = [&](const BatchingResult& sized, double to_beat_ms) -> std::optional<double> {
-    const std::vector<std::vector<MicroBatch>> replicas = varlen_replicas(batch, sized, batching, *cost);
-    return unless_ruled_out([&]() -> double {
-      Choice c = search_replicas(batch, replicas, schedule, {.beat_ms = std::min(to_beat_ms, choice->est_ms)});
-      if (c.replicas.empty()) return to_beat_ms;
-      c.batching = batching;
-      c.dp_recompute = sized.recompute;
-      c.baseline_cut = true;
-      const double ms = c.est_ms;
-      *choice = c;
-      searched->push_back(std::move(c));
-      return ms;
-    });
-  };
-  const double inf = std::numeric_limits<double>::infinity();
-  const std::optional<double> objective_ms = beats(*cut, inf);
-  if (!objective_ms) return;
-  walk_sizes(batch, theirs, cut->size, *objective_ms,
-             [&](const BatchingOptions&, const BatchingResult& sized, double to_beat_ms) {
-               return beats(sized, to_beat_ms);
-             });
+  // One walk per form: token-based's micro-batches as varlen rows, then padded as
+  // token-based runs them (its own walk). The cut's simulated time where it beats
+  // to_beat_ms, else to_beat_ms (the walk stops there).
+  for (const bool padded : {false, true}) {
+    auto beats = [&](const BatchingResult& sized, double to_beat_ms) -> std::optional<double> {
+      const std::vector<std::vector<MicroBatch>> replicas =
+          padded ? sized.replicas : varlen_replicas(batch, sized, batching, *cost);
+      return unless_ruled_out([&]() -> double {
+        Choice c = search_replicas(batch, replicas, schedule, {.beat_ms = to_beat_ms});
+        if (c.replicas.empty()) return to_beat_ms;
+        c.batching = batching;
+        c.dp_recompute = sized.recompute;
+        c.baseline_cut = true;
+        const double ms = c.est_ms;
+        if (ms < choice->est_ms) *choice = c;
+        searched->push_back(std::move(c));
+        return ms;
+      });
+    };
+    const std::optional<double> objective_ms = beats(*cut, std::numeric_limits<double>::infinity());
+    if (!objective_ms) continue;
+    walk_sizes(batch, theirs, cut->size, *objective_ms,
+               [&](const BatchingOptions&, const BatchingResult& sized, double to_beat_ms) {
+                 return beats(sized, to_beat_ms);
+               });
+  }
 }
 
 // The plan of one iteration: baselines search their one micro-batching; the DP strategies
