@@ -100,28 +100,10 @@ def simulate(binary, p, strategies, schedules, extra):
     return rows
 
 
-def plan_file(binary, p, strategy, recompute, threads, out):
-    """The plan JSON of p's first two iterations planned on `threads`, planning times dropped
-    (None where the point is infeasible: `plan` exits 2; any other failure ends the run)."""
-    cmd = [binary, "plan", "--samples", DATA, "--iterations", "2", "--no-compare", "--strategy", strategy,
-           "--recompute", recompute, "--planner-threads", str(threads), "--model", p["model"], "--pp", str(p["pp"]),
-           "--dp", str(p["dp"]), "--memory-limit", str(p["gib"]), "--cost-model", p["cost"],
-           "--max-seqlen", str(p["seqlen"]), "--global-batch-tokens", str(p["tokens"]), "--out", out]
-    if p["model"] == "t5-11b":
-        cmd += ["--max-target-len", str(min(512, p["seqlen"]))]
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode == 2:  # the config cannot be served (docs/errors.md)
-        return None
-    if run.returncode != 0:  # a crash or an internal error is not an infeasible point
-        sys.exit(f"error: {' '.join(cmd)} exited {run.returncode}: {run.stderr.strip()}")
-    with open(out) as f:
-        return re.sub(r'"\w*planning_ms":\s*[0-9.eE+-]+', "", f.read())
-
-
-def iteration_ms(binary, p, strategy, iterations, extra, out):
-    """Each iteration's estimated ms of `strategy`'s plan of p's first `iterations` global
-    batches (None where the point is infeasible: `plan` exits 2; any other failure ends the
-    run)."""
+def run_plan(binary, p, strategy, iterations, extra, out):
+    """Writes `strategy`'s plan of p's first `iterations` global batches to `out` (`dynapipe
+    plan --no-compare` with `extra` flags); False where the point is infeasible (`plan` exits
+    2), and any other failure ends the run."""
     cmd = [binary, "plan", "--samples", DATA, "--iterations", str(iterations), "--no-compare",
            "--strategy", strategy, "--model", p["model"], "--pp", str(p["pp"]), "--dp", str(p["dp"]),
            "--memory-limit", str(p["gib"]), "--cost-model", p["cost"], "--max-seqlen", str(p["seqlen"]),
@@ -129,10 +111,27 @@ def iteration_ms(binary, p, strategy, iterations, extra, out):
     if p["model"] == "t5-11b":
         cmd += ["--max-target-len", str(min(512, p["seqlen"]))]
     run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode == 2:
-        return None
-    if run.returncode != 0:
+    if run.returncode == 2:  # the config cannot be served (docs/errors.md)
+        return False
+    if run.returncode != 0:  # a crash or an internal error is not an infeasible point
         sys.exit(f"error: {' '.join(cmd)} exited {run.returncode}: {run.stderr.strip()}")
+    return True
+
+
+def plan_file(binary, p, strategy, recompute, threads, out):
+    """The plan JSON of p's first two iterations planned on `threads`, planning times dropped
+    (None where the point is infeasible)."""
+    if not run_plan(binary, p, strategy, 2, ["--recompute", recompute, "--planner-threads", str(threads)], out):
+        return None
+    with open(out) as f:
+        return re.sub(r'"\w*planning_ms":\s*[0-9.eE+-]+', "", f.read())
+
+
+def iteration_ms(binary, p, strategy, iterations, extra, out):
+    """Each iteration's estimated ms of `strategy`'s plan of p's first `iterations` global
+    batches (None where the point is infeasible)."""
+    if not run_plan(binary, p, strategy, iterations, extra, out):
+        return None
     with open(out) as f:
         return [it["est_iteration_ms"] for it in json.load(f)["iterations"]]
 
