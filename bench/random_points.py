@@ -23,7 +23,8 @@ cut to --max-seqlen); a line ends in LOSS where another strategy's throughput is
 faster than auto. `iterations` plans --iterations global batches (default 2) with `dynapipe
 plan --no-compare` for dynapipe and for each baseline but packing-megatron (whose batches hold
 other samples) and compares them batch by batch, not by the mean over batches `strategies`
-compares; a line per iteration, ending in LOSS where another strategy plans it faster. `threads` plans --strategy's first two iterations with `dynapipe plan
+compares; a line per iteration, ending in LOSS where another strategy plans it faster (and
+naming both layer splits where they differ: a run keeps one split, chosen over its iterations). `threads` plans --strategy's first two iterations with `dynapipe plan
 --planner-threads 1` and with 4 (two threads per plan: the first DPs side by side, the later
 searches run ahead) and compares the plan files but their planning times; a line ends in
 DIFFERENT where they differ. Last, a count. Deterministic: the same seed gives the same
@@ -129,11 +130,14 @@ def plan_file(binary, p, strategy, recompute, threads, out):
 
 def iteration_ms(binary, p, strategy, iterations, extra, out):
     """Each iteration's estimated ms of `strategy`'s plan of p's first `iterations` global
-    batches (None where the point is infeasible)."""
+    batches, and the layer split the plan keeps for all of them (None where the point is
+    infeasible)."""
     if not run_plan(binary, p, strategy, iterations, extra, out):
         return None
     with open(out) as f:
-        return [it["est_iteration_ms"] for it in json.load(f)["iterations"]]
+        plan = json.load(f)
+    split = plan["config"].get("layers_per_stage", "uniform")  # absent: the uniform split
+    return [it["est_iteration_ms"] for it in plan["iterations"]], split
 
 
 def main():
@@ -164,21 +168,22 @@ def main():
     if args.compare == "iterations":
         # The same global batches for every strategy but packing-megatron (its rows are cut
         # to --max-seqlen, so its batches hold other samples): iteration by iteration.
-        planned = behind = 0
+        planned = behind = behind_on_other_split = 0
         extra = ["--recompute", args.recompute, "--partition", args.partition]
         with tempfile.TemporaryDirectory() as work:
             for _ in range(args.points):
                 p = draw_cpu(rng) if args.cpu else draw(rng, args.card)
                 out = os.path.join(work, "plan.json")
-                mine = iteration_ms(binary, p, "dynapipe", args.iterations, extra, out)
-                if mine is None:
+                planned_mine = iteration_ms(binary, p, "dynapipe", args.iterations, extra, out)
+                if planned_mine is None:
                     print(f"{describe(p)}: infeasible", flush=True)
                     continue
-                others = {}
+                mine, my_split = planned_mine
+                others, splits = {}, {}
                 for strategy in SAME_BATCHES:
-                    ms = iteration_ms(binary, p, strategy, args.iterations, extra, out)
-                    if ms is not None:
-                        others[strategy] = ms
+                    planned_other = iteration_ms(binary, p, strategy, args.iterations, extra, out)
+                    if planned_other is not None:
+                        others[strategy], splits[strategy] = planned_other
                 for i, ms in enumerate(mine):
                     planned += 1
                     name, best = min(((s, v[i]) for s, v in others.items()), key=lambda kv: kv[1],
@@ -187,8 +192,15 @@ def main():
                     behind += slower
                     figures = f"dynapipe {ms:.1f} ms" + (f", fastest other {name} {best:.1f} ({best / ms:.4f}x)"
                                                        if name else ", no other strategy fits")
-                    print(f"{describe(p)} iteration {i}: {figures}{' LOSS' if slower else ''}", flush=True)
-        print(f"{planned - behind} of {planned} iterations planned: dynapipe the fastest (or tied)")
+                    # A run keeps one layer split for every iteration, each strategy the split
+                    # fastest over its iterations: a loss on another split can be that choice's.
+                    note = ""
+                    if slower and splits[name] != my_split:
+                        behind_on_other_split += 1
+                        note = f" (layer splits differ: dynapipe {my_split}, {name} {splits[name]})"
+                    print(f"{describe(p)} iteration {i}: {figures}{' LOSS' if slower else ''}{note}", flush=True)
+        print(f"{planned - behind} of {planned} iterations planned: dynapipe the fastest (or tied); "
+              f"of the {behind} behind, {behind_on_other_split} on another layer split than dynapipe's")
         return
     if args.compare == "threads":
         same = feasible = 0
