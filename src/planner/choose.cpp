@@ -22,8 +22,13 @@ namespace {
 // time: fill and drain then rule, and the size of the micro-batches around the longest
 // sample decides. Where any schedule could gain (schedules_can_gain()) the walk gained
 // 0.3–1.9% at 6 of 60 issue-8-family plans, but cost T5-11B pp 8 65k plans (idle 0.33, no
-// gain) +59% instructions with full searches, +25% with two orders each.
-constexpr double kTokenWalkIdleShare = 0.5;
+// gain) +59% instructions with full searches, +25% with two orders each. Its walk of
+// token-based's padded cuts, which costs most, only above kPaddedTokenWalkIdleShare: both
+// walks ran above 0.5 until a plan idling 0.45 (T5-11B pp 8, A100 40 GiB preset, 2048,
+// 16,384 tokens, third batch) ran 1730.1 ms against token-based's walked 1729.9; the varlen
+// walk gives 1720.6, at +47% of that point's planning time (both walks: 2.8x, for no more
+// gain there or at the random points).
+constexpr double kTokenWalkIdleShare = 0.4, kPaddedTokenWalkIdleShare = 0.5;
 
 // choose(): under auto, the fastest cut critical-path ran in full gets random orders where it
 // came within this factor of the plan another schedule won.
@@ -60,8 +65,9 @@ bool wide_baseline_window(const Choice& plan, int dp) { return idle_share(plan) 
 // (GPT-6.7B pp 8, A100 40 GiB, 8192, 16,384 tokens, the plan idling 0.81: they walked the
 // budget up, token-based's full searches down to many short micro-batches around a lone
 // 8192-token sample, 3816.3 ms against dynapipe's 3872.4). Two walks, one with the cuts
-// as varlen rows and one padded as token-based runs them (the cost model need not price a
-// varlen row below the same samples padded), each following its cuts' own times as
+// as varlen rows and, where the plan idles more than kPaddedTokenWalkIdleShare, one padded
+// as token-based runs them (the cost model need not price a varlen row below the same
+// samples padded), each following its cuts' own times as
 // token-based's walk does; a cut faster than the plan so far (`choice`) replaces it. Where
 // only varlen cuts were walked, and only while they beat the plan, T5-11B pp 8 on the H100
 // preset (40 GiB, 8192, 16,384 tokens, iteration 2) ran 915.6 ms and token-based's own
@@ -74,9 +80,11 @@ void Planner::Impl::walk_token_budget(const GlobalBatch& batch, Choice* choice,
       unless_ruled_out([&] { return make_microbatches(batch, *cost, theirs); });
   if (!cut) return;
   // One walk per form: token-based's micro-batches as varlen rows, then padded as
-  // token-based runs them (its own walk). The cut's simulated time where it beats
-  // to_beat_ms, else to_beat_ms (the walk stops there).
+  // token-based runs them (its own walk) where the plan idles more still. The cut's
+  // simulated time where it beats to_beat_ms, else to_beat_ms (the walk stops there).
+  const bool walk_padded = idle_share(*choice) > kPaddedTokenWalkIdleShare;
   for (const bool padded : {false, true}) {
+    if (padded && !walk_padded) break;
     auto beats = [&](const BatchingResult& sized, double to_beat_ms) -> std::optional<double> {
       const std::vector<std::vector<MicroBatch>> replicas =
           padded ? sized.replicas : varlen_replicas(batch, sized, batching, *cost);
