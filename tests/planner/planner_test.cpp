@@ -98,11 +98,11 @@ void expect_auto_no_slower_than(const PlanConfig& config, ScheduleKind named, st
                    batches_of(config, count));
 }
 
-// dynapipe plans the first `count` batches no slower than dynapipe-padded.
-void expect_no_slower_than_padded(const PlanConfig& config, std::int64_t count) {
-  PlanConfig padded = config;
-  padded.strategy = Strategy::DynaPipePadded;
-  expect_no_slower(Planner(config, options_with(false, {})), Planner(padded, options_with(false, {})),
+// dynapipe plans the first `count` batches no slower than `other` on the same split.
+void expect_no_slower_than(const PlanConfig& config, Strategy other, std::int64_t count) {
+  PlanConfig theirs = config;
+  theirs.strategy = other;
+  expect_no_slower(Planner(config, options_with(false, {})), Planner(theirs, options_with(false, {})),
                    batches_of(config, count));
 }
 
@@ -331,9 +331,7 @@ TEST(PlannerTest, PaddedCutIsRankedInItsPipelineOrder) {
   config.cost_model = "analytic:cpu";
   config.global_batch_tokens = 16384;
   config.memory_limit_gib = 0;
-  PlanConfig padded = config;
-  padded.strategy = Strategy::DynaPipePadded;
-  expect_no_slower(Planner(config, PlannerOptions{}), Planner(padded, PlannerOptions{}), batches_of(config, 4));
+  expect_no_slower_than(config, Strategy::DynaPipePadded, 4);
 }
 
 // Where fill and drain rule, dynapipe walks token-based's token budget as token-based's own
@@ -344,9 +342,7 @@ TEST(PlannerTest, PaddedCutIsRankedInItsPipelineOrder) {
 TEST(PlannerTest, TokenBudgetWalkFollowsTokenBasedsOwnWalk) {
   PlanConfig config = t5_config("analytic:h100-80g", 8, 8192, 512, 40);
   config.global_batch_tokens = 16384;
-  PlanConfig token_based = config;
-  token_based.strategy = Strategy::TokenBased;
-  expect_no_slower(Planner(config, PlannerOptions{}), Planner(token_based, PlannerOptions{}), batches_of(config, 3));
+  expect_no_slower_than(config, Strategy::TokenBased, 3);
 }
 
 // The same where the plan idles less than half its device time: T5-11B pp 8 on the A100
@@ -356,10 +352,7 @@ TEST(PlannerTest, TokenBudgetIsWalkedWhereThePlanIdlesUnderHalf) {
   PlanConfig config = t5_config("analytic:a100-40g", 8, 2048, 512, 40);
   config.global_batch_tokens = 16384;
   config.stage_layers = assign_layers(config.model, {4, 4, 4, 4, 5, 9, 9, 9});  // balanced's split
-  PlanConfig token_based = config;
-  token_based.strategy = Strategy::TokenBased;
-  const GlobalBatch third = batches_of(config, 3).back();
-  expect_no_slower(Planner(config, PlannerOptions{}), Planner(token_based, PlannerOptions{}), {third});
+  dynapipe_no_slower_than(config, Strategy::TokenBased, batches_of(config, 3).back());
 }
 
 // The critical-path schedule wins where unequal micro-batches meet a memory limit that
@@ -529,7 +522,7 @@ TEST(PlannerTest, DynapipeRanksThePaddedCutDenseWhereVarlenRowsCostExtra) {
   PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h200.measured.json", 4, 8192, 8192, 80);
   config.dp = 4;
   config.global_batch_tokens = 32768;
-  expect_no_slower_than_padded(config, 1);
+  expect_no_slower_than(config, Strategy::DynaPipePadded, 1);
 }
 
 // And that cut with its bubble weight walked, as dynapipe-padded's own plan walks it: T5-11B
@@ -540,7 +533,7 @@ TEST(PlannerTest, DynapipeWalksThePaddedCutsBubbleWeightWhereVarlenRowsCostExtra
   PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h200.measured.json", 8, 1024, 512, 80);
   config.global_batch_tokens = 16384;
   config.stage_layers = assign_layers(config.model, {4, 4, 5, 5, 5, 8, 8, 9});  // balanced's split
-  expect_no_slower_than_padded(config, 2);
+  expect_no_slower_than(config, Strategy::DynaPipePadded, 2);
 }
 
 // On a measured profile a lone sample runs as one dense row (CostModel::lone_samples_dense()):
@@ -554,7 +547,7 @@ TEST(PlannerTest, DynapipeRunsLoneSamplesDenseOnMeasuredProfiles) {
   PlanConfig config = t5_config(DYNAPIPE_SOURCE_DIR "/assets/profiles/t5-11b.h100.measured.json", 8, 8192, 512, 80);
   config.dp = 4;
   config.stage_layers = assign_layers(config.model, {2, 3, 3, 4, 4, 5, 11, 16});  // balanced's split
-  expect_no_slower_than_padded(config, 2);
+  expect_no_slower_than(config, Strategy::DynaPipePadded, 2);
 }
 
 // packing-varlen's cuts ranked past a size whose quick estimate missed: GPT-6.7B pp 4 on the
