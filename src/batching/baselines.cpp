@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "costing.h"
+#include "varlen_memo.h"
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
 
@@ -128,13 +129,23 @@ std::optional<Candidate> run_packing(const StrategyInput& input, ShapeCosts& cos
   const std::int64_t enc_capacity = options.max_seqlen;
   const std::int64_t dec_capacity = t5 ? options.max_target_len + 1 : 0;
   const auto shards = strided_shards(input.samples.size(), options.dp);
-  std::vector<std::vector<PackedRow>> packed;
+  // Per shard its rows: packing-varlen's from the store (every rule and mode packs the
+  // same), packing's packed here.
+  std::vector<std::vector<PackedRow>> first_fit;
+  first_fit.reserve(shards.size());  // `packed` views them: no reallocation
+  std::vector<std::span<const PackedRow>> packed;
   std::size_t most_rows = 0;
   for (const auto& shard : shards) {
-    packed.push_back(varlen ? pack_best_fit_decreasing(input.samples, shard, options.kind,
-                                                       enc_capacity, dec_capacity)
-                            : pack_first_fit(input.samples, shard, options.kind, enc_capacity,
-                                             dec_capacity));
+    if (!varlen) {
+      packed.emplace_back(first_fit.emplace_back(
+          pack_first_fit(input.samples, shard, options.kind, enc_capacity, dec_capacity)));
+    } else if (input.memos != nullptr) {
+      packed.emplace_back(
+          input.memos->best_fit_rows(input.samples, shard, options.kind, enc_capacity, dec_capacity));
+    } else {
+      packed.emplace_back(first_fit.emplace_back(
+          pack_best_fit_decreasing(input.samples, shard, options.kind, enc_capacity, dec_capacity)));
+    }
     most_rows = std::max(most_rows, packed.back().size());
   }
   // Sized for full-length dense rows, so every micro-batch fits whatever its rows hold.
@@ -145,7 +156,7 @@ std::optional<Candidate> run_packing(const StrategyInput& input, ShapeCosts& cos
     const std::size_t step = static_cast<std::size_t>(size);
     std::vector<std::vector<MicroBatch>> replicas(shards.size());
     for (std::size_t r = 0; r < shards.size(); ++r) {
-      const std::span<const PackedRow> all(packed[r]);
+      const std::span<const PackedRow> all = packed[r];
       for (std::size_t begin = 0; begin < all.size(); begin += step) {
         const std::size_t count = std::min(all.size() - begin, step);
         replicas[r].push_back(

@@ -4,6 +4,7 @@
 #include <array>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -278,12 +279,16 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
   // the lower objective wins (docs/batching.md, "Ordering for varlen").
   const bool varlen = options.strategy == Strategy::DynaPipe;
   std::vector<std::vector<std::size_t>> orders;
+  // (Both as order_samples() and order_packed_rows() give them, made once per store.)
   if (!varlen || options.varlen_order != VarlenOrder::PackedRows) {
-    orders.push_back(order_samples(batch.samples, options.kind, bucket_tokens));
+    orders.push_back(memos.sorted_order(batch.samples, options.kind, bucket_tokens));
   }
   if (varlen && options.varlen_order != VarlenOrder::Sorted) {
-    orders.push_back(order_packed_rows(batch.samples, options.kind, options.max_seqlen,
-                                       options.kind == ModelKind::T5 ? options.max_target_len + 1 : 0));
+    std::vector<std::size_t> all(batch.samples.size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    orders.push_back(detail::rows_in_sequence(
+        memos.best_fit_rows(batch.samples, all, options.kind, options.max_seqlen,
+                            options.kind == ModelKind::T5 ? options.max_target_len + 1 : 0)));
   }
   auto run_one = [&](const std::vector<std::size_t>& order, detail::ShapeCosts& c,
                      detail::MemoryRule rule, double incumbent_ms) {

@@ -205,6 +205,9 @@ std::vector<PackedRow> pack_best_fit_decreasing(std::span<const Sample> samples,
                                                 ModelKind kind, std::int64_t enc_capacity,
                                                 std::int64_t dec_capacity);
 
+// The rows' members one row after another (order_packed_rows()).
+std::vector<std::size_t> rows_in_sequence(std::span<const PackedRow> rows);
+
 // Fills sample_ids, real_tokens and target_tokens from `members`.
 void fill_members(std::span<const Sample> samples, std::span<const std::size_t> members,
                   MicroBatch* microbatch);
@@ -282,7 +285,7 @@ struct StrategyInput {
   std::span<const Sample> samples;
   std::span<const std::size_t> order;
   const BatchingOptions& options;
-  VarlenMemoStore* memos = nullptr;  // dynapipe: segment costs kept across DPs
+  VarlenMemoStore* memos = nullptr;  // segment costs, packings and orders kept across DPs
 };
 std::optional<Candidate> run_dynapipe(const StrategyInput& input, ShapeCosts& costs,
                                       MemoryRule rule, double incumbent_ms);

@@ -54,13 +54,8 @@ std::vector<std::size_t> order_packed_rows(std::span<const Sample> samples, Mode
                                            std::int64_t enc_capacity, std::int64_t dec_capacity) {
   std::vector<std::size_t> all(samples.size());
   std::iota(all.begin(), all.end(), std::size_t{0});
-  std::vector<std::size_t> order;
-  order.reserve(samples.size());
-  for (const detail::PackedRow& row :
-       detail::pack_best_fit_decreasing(samples, all, kind, enc_capacity, dec_capacity)) {
-    order.insert(order.end(), row.members.begin(), row.members.end());
-  }
-  return order;
+  return detail::rows_in_sequence(
+      detail::pack_best_fit_decreasing(samples, all, kind, enc_capacity, dec_capacity));
 }
 
 std::vector<std::size_t> order_lexicographic(std::span<const Sample> samples) {

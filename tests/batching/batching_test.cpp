@@ -887,7 +887,7 @@ TEST(BatchingPropertyTest, DynaPipeEqualsBruteForceOverCutsAndRecompute) {
 }
 
 // One cache over many calls on the same batch (other memory rules, bubble weights,
-// recompute limits) gives exactly the results of fresh calls.
+// recompute limits, strategies) gives exactly the results of fresh calls.
 TEST(BatchingPropertyTest, CacheGivesTheSameResults) {
   for (std::uint64_t seed = 1; seed <= 150; ++seed) {
     RandomCase c = random_case(seed);
@@ -895,8 +895,11 @@ TEST(BatchingPropertyTest, CacheGivesTheSameResults) {
     const FakeCostModel model(c.params);
     BatchingCache cache;
     // Later variants start from the cuts earlier ones left in the cache: a cut from
-    // another rule, weight or capacity must be re-checked under the variant's own.
-    for (int variant = 0; variant < 6; ++variant) {
+    // another rule, weight or capacity must be re-checked under the variant's own. The
+    // baselines' last: packing-varlen takes the packing dynapipe's packed-rows order made
+    // (on each replica's shard where dp > 1, which that order is not), under two rules,
+    // and packing and token-based the sorted order.
+    for (int variant = 0; variant < 10; ++variant) {
       BatchingOptions o = c.options;
       if (variant == 1) o.in_flight.assign(static_cast<std::size_t>(o.num_stages), o.num_stages);
       if (variant == 2) o.bubble_weight = 0.3;
@@ -906,6 +909,10 @@ TEST(BatchingPropertyTest, CacheGivesTheSameResults) {
         o.varlen_row_capacity = true;
       }
       if (variant == 5) o.bubble_weight = 3;
+      if (variant >= 6) o.strategy = Strategy::PackingVarlen;
+      if (variant == 7) o.in_flight.assign(static_cast<std::size_t>(o.num_stages), o.num_stages);
+      if (variant == 8) o.strategy = Strategy::Packing;
+      if (variant == 9) o.strategy = Strategy::TokenBased;
       std::optional<BatchingResult> fresh, cached;
       try {
         fresh = make_microbatches(c.batch, model, o);
