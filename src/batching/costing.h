@@ -46,7 +46,7 @@ struct ShapeCost {
 
 // Time and memory feasibility of shapes under one recompute mode. Shapes with dense
 // attention are cached per (seqlen, dec_seqlen) row, indexed by batch.
-// Complexity: one evaluation = num_stages CostModel::stage_cost() calls.
+// Complexity: one evaluation = one CostModel::bottleneck_ms_and_bytes() call.
 class ShapeCosts {
  public:
   using Row = std::vector<ShapeCost>;
@@ -118,6 +118,7 @@ class ShapeCosts {
   std::unordered_map<std::uint64_t, Row> rows_;
   mutable std::int64_t evaluations_ = 0;
   mutable std::vector<StageCost> stage_scratch_;  // one evaluation's per-stage costs
+  mutable std::vector<std::int64_t> bytes_scratch_;  // evaluate()'s held and peak bytes per stage
 };
 
 // Token lengths of one sample as the model sees them, before rounding:
