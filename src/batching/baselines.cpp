@@ -136,15 +136,12 @@ std::optional<Candidate> run_packing(const StrategyInput& input, ShapeCosts& cos
   std::vector<std::span<const PackedRow>> packed;
   std::size_t most_rows = 0;
   for (const auto& shard : shards) {
-    if (!varlen) {
-      packed.emplace_back(first_fit.emplace_back(
-          pack_first_fit(input.samples, shard, options.kind, enc_capacity, dec_capacity)));
-    } else if (input.memos != nullptr) {
+    if (varlen) {
       packed.emplace_back(
           input.memos->best_fit_rows(input.samples, shard, options.kind, enc_capacity, dec_capacity));
     } else {
       packed.emplace_back(first_fit.emplace_back(
-          pack_best_fit_decreasing(input.samples, shard, options.kind, enc_capacity, dec_capacity)));
+          pack_first_fit(input.samples, shard, options.kind, enc_capacity, dec_capacity)));
     }
     most_rows = std::max(most_rows, packed.back().size());
   }

@@ -286,7 +286,8 @@ struct StrategyInput {
   std::span<const Sample> samples;
   std::span<const std::size_t> order;
   const BatchingOptions& options;
-  VarlenMemoStore* memos = nullptr;  // segment costs, packings and orders kept across DPs
+  // Segment costs, packings and orders kept across DPs; make_microbatches() always gives one.
+  VarlenMemoStore* memos = nullptr;
 };
 std::optional<Candidate> run_dynapipe(const StrategyInput& input, ShapeCosts& costs,
                                       MemoryRule rule, double incumbent_ms);

@@ -28,9 +28,9 @@ namespace dynapipe::detail {
 struct VarlenRows {
   struct Row {
     explicit Row(std::pmr::memory_resource* arena) : time_ms(arena), bytes(arena) {}
-    std::pmr::vector<double> time_ms;        // per segment: max over stages of fwd + bwd
-    std::pmr::vector<std::int64_t> bytes;    // per segment: held[0..p), then peak[0..p)
-    std::int64_t enc = 0, dec = 0;      // running sums of the last segment costed
+    std::pmr::vector<double> time_ms;      // per segment: max over stages of fwd + bwd
+    std::pmr::vector<std::int64_t> bytes;  // per segment: held[0..p), then peak[0..p)
+    std::int64_t enc = 0, dec = 0;         // running sums of the last segment costed
     double enc_squares = 0, dec_squares = 0;
     // time_ms is non-decreasing so far: a scan's stop by time is a binary search.
     bool sorted = true;
@@ -107,6 +107,9 @@ struct VarlenMemoStore {
     ModelKind kind = ModelKind::Gpt;
     std::int64_t enc_capacity = 0, dec_capacity = 0;
     std::vector<PackedRow> rows;
+    bool packs(std::span<const std::size_t> m, ModelKind k, std::int64_t enc, std::int64_t dec) const {
+      return kind == k && enc_capacity == enc && dec_capacity == dec && std::ranges::equal(members, m);
+    }
   };
   std::deque<Packing> packings;  // stable references
   // The sorted orders (order_samples()) by model kind and bucket: every make_microbatches()
@@ -115,6 +118,7 @@ struct VarlenMemoStore {
     ModelKind kind = ModelKind::Gpt;
     std::int64_t bucket_tokens = 0;
     std::vector<std::size_t> order;
+    bool sorts(ModelKind k, std::int64_t bucket) const { return kind == k && bucket_tokens == bucket; }
   };
   std::deque<SortedOrder> sorted_orders;  // stable references
   // Per recompute mode: the parts of the recompute lower bound (batching.cpp).
@@ -162,10 +166,7 @@ struct VarlenMemoStore {
                                               std::span<const std::size_t> members, ModelKind kind,
                                               std::int64_t enc_capacity, std::int64_t dec_capacity) {
     for (const Packing& p : packings) {
-      if (p.kind == kind && p.enc_capacity == enc_capacity && p.dec_capacity == dec_capacity &&
-          std::ranges::equal(p.members, members)) {
-        return p.rows;
-      }
+      if (p.packs(members, kind, enc_capacity, dec_capacity)) return p.rows;
     }
     packings.push_back({.members = {members.begin(), members.end()},
                         .kind = kind,
@@ -179,7 +180,7 @@ struct VarlenMemoStore {
   const std::vector<std::size_t>& sorted_order(std::span<const Sample> samples, ModelKind kind,
                                                std::int64_t bucket_tokens) {
     for (const SortedOrder& o : sorted_orders) {
-      if (o.kind == kind && o.bucket_tokens == bucket_tokens) return o.order;
+      if (o.sorts(kind, bucket_tokens)) return o.order;
     }
     sorted_orders.push_back(
         {.kind = kind, .bucket_tokens = bucket_tokens, .order = order_samples(samples, kind, bucket_tokens)});
@@ -208,16 +209,14 @@ struct VarlenMemoStore {
     for (auto& e : taken) entries.push_back(std::move(e));
     for (Packing& p : other.packings) {
       if (std::ranges::none_of(packings, [&](const Packing& mine) {
-            return mine.kind == p.kind && mine.enc_capacity == p.enc_capacity &&
-                   mine.dec_capacity == p.dec_capacity && mine.members == p.members;
+            return mine.packs(p.members, p.kind, p.enc_capacity, p.dec_capacity);
           })) {
         packings.push_back(std::move(p));
       }
     }
     for (SortedOrder& o : other.sorted_orders) {
-      if (std::ranges::none_of(sorted_orders, [&](const SortedOrder& mine) {
-            return mine.kind == o.kind && mine.bucket_tokens == o.bucket_tokens;
-          })) {
+      if (std::ranges::none_of(sorted_orders,
+                               [&](const SortedOrder& mine) { return mine.sorts(o.kind, o.bucket_tokens); })) {
         sorted_orders.push_back(std::move(o));
       }
     }
