@@ -499,11 +499,10 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     many_bytes_.resize(ahead * modes * stride_);
     costs_.evaluate_stages_many(shapes_, densities_, std::span<const Recompute>(modes_).first(modes),
                                 times_, many_bytes_);
+    const std::span<const double> times(times_);
     const std::span<const std::int64_t> bytes(many_bytes_);
-    for (std::size_t a = 0; a < ahead; ++a) {
-      row->push(times_[modes * a], bytes.subspan(modes * a * stride_, stride_));
-      if (joint) partner->push(times_[modes * a + 1], bytes.subspan((modes * a + 1) * stride_, stride_));
-    }
+    row->append(ahead, modes, times, bytes, stride_);
+    if (joint) partner->append(ahead, modes, times.subspan(1), bytes.subspan(stride_), stride_);
   }
 
   ShapeCosts& costs_;

@@ -47,11 +47,21 @@ struct VarlenRows {
       enc_squares += static_cast<double>(enc_len) * static_cast<double>(enc_len);
       dec_squares += static_cast<double>(dec_len) * static_cast<double>(dec_len);
     }
-    // Appends the cost of the segment the sums now describe.
-    void push(double t, std::span<const std::int64_t> segment_bytes) {
-      if (!time_ms.empty() && !(time_ms.back() <= t)) sorted = false;
-      time_ms.push_back(t);
-      bytes.insert(bytes.end(), segment_bytes.begin(), segment_bytes.end());
+    // Appends the costs of the next `count` segments (the sums, grown that far, describe
+    // the last): segment a's time at times[a * step] and its `stride` bytes from
+    // segment_bytes[a * step * stride]. One resize per call: appended one at a time, the
+    // range inserts were ~4% of a GPT-6.7B pp 4 short256 plan.
+    void append(std::size_t count, std::size_t step, std::span<const double> times,
+                std::span<const std::int64_t> segment_bytes, std::size_t stride) {
+      const std::size_t old = time_ms.size();
+      time_ms.resize(old + count);
+      bytes.resize((old + count) * stride);
+      for (std::size_t a = 0; a < count; ++a) {
+        const double t = times[a * step];
+        if (old + a > 0 && !(time_ms[old + a - 1] <= t)) sorted = false;
+        time_ms[old + a] = t;
+        std::copy_n(segment_bytes.data() + a * step * stride, stride, bytes.data() + (old + a) * stride);
+      }
     }
   };
   std::vector<std::size_t> sequence;    // the samples, in order (identifies the rows)
