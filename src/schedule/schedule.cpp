@@ -36,6 +36,10 @@ class BuilderSchedule final : public Schedule {
   bool adaptive() const override { return adaptive_; }
   bool timed() const override { return timed_; }
   bool needs_virtual_stages() const override { return layouts_ == Layouts::Interleaved; }
+  // (The other builders emit only F and B.)
+  bool whole_backward() const override {
+    return kind_ != ScheduleKind::Zb1p && kind_ != ScheduleKind::CriticalPath;
+  }
 
   using Schedule::build;
   std::optional<ScheduleOrder> build(const PipelineProblem& problem, std::string* why_not,

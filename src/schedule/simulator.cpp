@@ -397,19 +397,37 @@ double ideal_makespan_ms(const PipelineProblem& problem) {
   return work.empty() ? 0.0 : *std::max_element(work.begin(), work.end());
 }
 
-double makespan_lower_bound_ms(const PipelineProblem& problem) {
-  double bound = ideal_makespan_ms(problem);
+double makespan_lower_bound_ms(const PipelineProblem& problem, bool whole_backward) {
   const int stages = problem.num_stages();
+  const PipelineLayout& layout = problem.layout;
+  std::vector<double> work(static_cast<std::size_t>(layout.num_devices), 0.0);  // device_work_ms()
+  // With one stage per device, per stage: the least time a forward takes to reach it and a
+  // backward from it to leave stage 0 (the fill and the drain around its device's work).
+  const bool fill_and_drain = layout.chunks == 1 && problem.stage_replicas.empty();
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  std::vector<double> fill(fill_and_drain ? static_cast<std::size_t>(stages) : 0, kNone), drain = fill;
+  double bound = 0;
   for (const auto& per_stage : problem.costs) {
-    double chain = 0;
+    double chain = 0, forward = 0, backward = 0;  // forward, backward: over the stages below s
     for (int s = 0; s < stages; ++s) {
-      chain += per_stage[s].fwd_ms + least_critical_backward_ms(per_stage[s]);
-      if (s + 1 < stages &&
-          problem.layout.device_of(s) != problem.layout.device_of(s + 1)) {
-        chain += 2 * problem.p2p_ms(per_stage[s].output_bytes);  // activation + gradient
+      const StageCost& c = per_stage[s];
+      work[static_cast<std::size_t>(layout.device_of(s))] += c.fwd_ms + least_backward_ms(c);
+      chain += c.fwd_ms + least_critical_backward_ms(c);
+      const bool hop = s + 1 < stages && layout.device_of(s) != layout.device_of(s + 1);
+      const double hop_ms = hop ? problem.p2p_ms(c.output_bytes) : 0.0;
+      if (hop) chain += 2 * hop_ms;  // activation + gradient
+      if (fill_and_drain) {
+        fill[s] = std::min(fill[s], forward);
+        drain[s] = std::min(drain[s], backward);
+        forward += c.fwd_ms + hop_ms;
+        backward += c.bwd_ms + hop_ms;
       }
     }
     bound = std::max(bound, chain);
+  }
+  for (double w : work) bound = std::max(bound, w);  // ideal_makespan_ms()
+  for (std::size_t s = 0; s < fill.size() && !problem.costs.empty(); ++s) {
+    bound = std::max(bound, fill[s] + work[s] + (whole_backward ? drain[s] : 0.0));
   }
   return bound;
 }

@@ -56,6 +56,21 @@ TEST(ScheduleSearchTest, PicksTheShortestSchedule) {
   EXPECT_GE(r.simulations, 3);
 }
 
+TEST(ScheduleSearchTest, PrunesASchedulesFillAndDrain) {
+  // 8 equal micro-batches on 4 stages: no 1F1B order beats the last device's fill (three
+  // forwards), its work (24) and its drain (three whole backwards), 33 ms, which zb1p's
+  // split backward beats; searched after it, 1F1B is not built. (Its work alone, 24, did
+  // not prune it.)
+  const PipelineProblem p = uniform_problem(8, 4, 1.0, 2.0);
+  const SearchResult first = search_schedule(candidates_for({"zb1p"}, p));
+  ASSERT_LT(first.sim.makespan_ms, 33.0);
+  const SearchResult r = search_schedule(candidates_for({"zb1p", "1f1b"}, p));
+  EXPECT_EQ(r.schedule, ScheduleKind::Zb1p);
+  EXPECT_EQ(r.pruned, 1);
+  EXPECT_EQ(r.simulations + r.unsimulated, first.simulations + first.unsimulated);
+  EXPECT_DOUBLE_EQ(r.sim.makespan_ms, first.sim.makespan_ms);
+}
+
 TEST(ScheduleSearchTest, TiesKeepTheEarlierCandidate) {
   const PipelineProblem p = uniform_problem(8, 4, 1.0, 2.0);
   const SearchResult r = search_schedule(candidates_for({"gpipe", "1f1b"}, p));

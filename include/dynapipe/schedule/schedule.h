@@ -118,6 +118,12 @@ class Schedule {
   // wait-free-cyclic, zb1p), so that trying other micro-batch orders can pay off.
   virtual bool adaptive() const = 0;
 
+  // True when every backward runs as one B op, never as I and W: a device's last op is
+  // then a backward, with its micro-batch's backwards below still to run
+  // (makespan_lower_bound_ms()). zb1p splits the backward, critical-path where the cost
+  // model gives the split.
+  virtual bool whole_backward() const { return false; }
+
   // True when the schedule needs layout.chunks >= 2 (interleaved); every other
   // schedule is built on layout.chunks == 1 problems by the search helpers.
   virtual bool needs_virtual_stages() const { return false; }

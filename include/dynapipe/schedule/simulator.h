@@ -153,10 +153,15 @@ std::vector<double> device_work_ms(const PipelineProblem& problem);
 // stages are balanced). No schedule beats it.
 double ideal_makespan_ms(const PipelineProblem& problem);
 
-// A tighter bound: max(ideal_makespan_ms, the longest single micro-batch's chain of
-// F and backward over all stages plus its p2p hops; the backward counts only I where
-// the cost model splits it, since W is off the chain). Still a true lower bound.
-double makespan_lower_bound_ms(const PipelineProblem& problem);
+// A tighter bound: the largest of ideal_makespan_ms, the longest single micro-batch's
+// chain of F and backward over all stages plus its p2p hops (the backward counts only I
+// where the cost model splits it, since W is off the chain) and, with one stage per
+// device (layout.chunks == 1, no stage replicas), each device's fill, work and drain: its
+// work starts no earlier than the fastest micro-batch's forwards and hops can reach it,
+// and where every backward runs whole (`whole_backward`, Schedule::whole_backward()) its
+// last op is a backward whose micro-batch still runs its backwards and hops below it
+// (the fastest such chain). Still a true lower bound, for the order and schedule searched.
+double makespan_lower_bound_ms(const PipelineProblem& problem, bool whole_backward = false);
 
 // [device] 1 - busy / makespan (0 when the makespan is 0).
 std::vector<double> bubble_fractions(const SimResult& result);
