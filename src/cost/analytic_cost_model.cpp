@@ -569,16 +569,18 @@ class AnalyticCostModel final : public CostModel {
         const BasicLayerCost<Lanes> total = stage_total(stages_[s], resolved);
         const Lanes stage_ms = total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms);
         time_ms = time_ms < stage_ms ? stage_ms : time_ms;
+        const Lanes sent = output_lanes(stages_[s], b, se, sd);
         for (std::size_t j = 0; j < kLanes; ++j) {
           std::int64_t* out = bytes.data() + 2 * p * (k * j + m);
           out[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes[j])) +
-                   output_bytes(stages_[s], b[j], se[j], sd[j]);
+                   static_cast<std::int64_t>(sent[j]);
           out[p + s] = static_cast<std::int64_t>(std::ceil(total.peak_bytes[j]));
         }
       }
       for (std::size_t j = 0; j < kLanes; ++j) {
         std::int64_t* out = bytes.data() + 2 * p * (k * j + m);
         for (std::size_t s = 0; s < p; ++s) {
+          if (same_as_[s] == s) continue;
           out[s] = out[same_as_[s]];
           out[p + s] = out[p + same_as_[s]];
         }
@@ -660,6 +662,12 @@ class AnalyticCostModel final : public CostModel {
     if (s.has_head) return 0;
     const double rows = s.has_decoder() || s.has_dec_embedding ? se + sd : se;
     return static_cast<std::int64_t>(c_.e * b * rows * c_.h);
+  }
+  // The same for kLanes micro-batches, before the cast (the same product per lane).
+  Lanes output_lanes(const StageLayers& s, const Lanes& b, const Lanes& se, const Lanes& sd) const {
+    if (s.has_head) return Lanes{};
+    const Lanes rows = s.has_decoder() || s.has_dec_embedding ? se + sd : se;
+    return c_.e * b * rows * c_.h;
   }
 
   // The per-device shape of one tensor-parallel shard: heads, ffn and vocab split tp ways.
