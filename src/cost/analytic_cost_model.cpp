@@ -569,7 +569,7 @@ class AnalyticCostModel final : public CostModel {
         const BasicLayerCost<Lanes> total = stage_total(stages_[s], resolved);
         const Lanes stage_ms = total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms);
         time_ms = time_ms < stage_ms ? stage_ms : time_ms;
-        const Lanes sent = output_lanes(stages_[s], b, se, sd);
+        const Lanes sent = output_bytes_of<Lanes>(stages_[s], b, se, sd);
         for (std::size_t j = 0; j < kLanes; ++j) {
           std::int64_t* out = bytes.data() + 2 * p * (k * j + m);
           out[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes[j])) +
@@ -654,19 +654,14 @@ class AnalyticCostModel final : public CostModel {
   // travels with the decoder hidden state once the decoder began.
   template <typename Layers>
   std::int64_t output_bytes(const StageLayers& s, const Layers& layers) const {
-    return output_bytes(s, layers.b, layers.se, layers.sd);
+    return static_cast<std::int64_t>(output_bytes_of<double>(s, layers.b, layers.se, layers.sd));
   }
-  // The same for b rows of se encoder and sd decoder tokens (rounded), as resolved_lanes()
-  // reads them from a lane.
-  std::int64_t output_bytes(const StageLayers& s, double b, double se, double sd) const {
-    if (s.has_head) return 0;
-    const double rows = s.has_decoder() || s.has_dec_embedding ? se + sd : se;
-    return static_cast<std::int64_t>(c_.e * b * rows * c_.h);
-  }
-  // The same for kLanes micro-batches, before the cast (the same product per lane).
-  Lanes output_lanes(const StageLayers& s, const Lanes& b, const Lanes& se, const Lanes& sd) const {
-    if (s.has_head) return Lanes{};
-    const Lanes rows = s.has_decoder() || s.has_dec_embedding ? se + sd : se;
+  // The same for b rows of se encoder and sd decoder tokens (rounded), before the cast.
+  // V: double, or Lanes (resolved_lanes(): the same product per lane).
+  template <typename V>
+  V output_bytes_of(const StageLayers& s, const V& b, const V& se, const V& sd) const {
+    if (s.has_head) return V{};
+    const V rows = s.has_decoder() || s.has_dec_embedding ? se + sd : se;
     return c_.e * b * rows * c_.h;
   }
 

@@ -400,7 +400,9 @@ double ideal_makespan_ms(const PipelineProblem& problem) {
 double makespan_lower_bound_ms(const PipelineProblem& problem, bool whole_backward) {
   const int stages = problem.num_stages();
   const PipelineLayout& layout = problem.layout;
-  std::vector<double> work(static_cast<std::size_t>(layout.num_devices), 0.0);  // device_work_ms()
+  // device_work_ms()'s sums, taken in this pass: calling it (a second pass over the costs)
+  // costs 0.2–0.6% of a plan's instructions, the bound being taken once per candidate.
+  std::vector<double> work(static_cast<std::size_t>(layout.num_devices), 0.0);
   // With one stage per device, per stage: the least time a forward takes to reach it and a
   // backward from it to leave stage 0 (the fill and the drain around its device's work).
   const bool fill_and_drain = layout.chunks == 1 && problem.stage_replicas.empty();
