@@ -273,6 +273,11 @@ class AnalyticCostModel final : public CostModel {
         }
       }
       same_as_.push_back(first);
+      if (first == s) {
+        distinct_.push_back(s);
+      } else {
+        repeats_.emplace_back(s, first);
+      }
       has_kind_.embedding = has_kind_.embedding || stages_[s].has_embedding;
       has_kind_.encoder = has_kind_.encoder || stages_[s].has_encoder();
       has_kind_.dec_embedding = has_kind_.dec_embedding || stages_[s].has_dec_embedding;
@@ -564,8 +569,7 @@ class AnalyticCostModel final : public CostModel {
       resolved.encoder_cost = encoder.in(modes[m]);
       resolved.decoder_cost = decoder.in(modes[m]);
       Lanes time_ms{};
-      for (std::size_t s = 0; s < p; ++s) {  // bottleneck_of(), lane by lane
-        if (same_as_[s] != s) continue;
+      for (const std::size_t s : distinct_) {  // bottleneck_of(), lane by lane
         const BasicLayerCost<Lanes> total = stage_total(stages_[s], resolved);
         const Lanes stage_ms = total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms);
         time_ms = time_ms < stage_ms ? stage_ms : time_ms;
@@ -579,10 +583,9 @@ class AnalyticCostModel final : public CostModel {
       }
       for (std::size_t j = 0; j < kLanes; ++j) {
         std::int64_t* out = bytes.data() + 2 * p * (k * j + m);
-        for (std::size_t s = 0; s < p; ++s) {
-          if (same_as_[s] == s) continue;
-          out[s] = out[same_as_[s]];
-          out[p + s] = out[p + same_as_[s]];
+        for (const auto& [s, first] : repeats_) {
+          out[s] = out[first];
+          out[p + s] = out[p + first];
         }
         times[k * j + m] = time_ms[j];
       }
@@ -703,6 +706,8 @@ class AnalyticCostModel final : public CostModel {
   std::vector<std::int64_t> static_bytes_;
   std::vector<std::int64_t> weight_bytes_;
   std::vector<std::size_t> same_as_;  // per stage: the first stage with the same layers
+  std::vector<std::size_t> distinct_;  // the stages that are their own same_as_
+  std::vector<std::pair<std::size_t, std::size_t>> repeats_;  // the others: (stage, its same_as_)
   struct {
     bool embedding = false, encoder = false, dec_embedding = false, decoder = false, head = false;
   } has_kind_;  // the layer kinds some stage has
