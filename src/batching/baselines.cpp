@@ -174,6 +174,13 @@ std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts&
     for (std::int64_t b = kSmallestTokenBudget; b <= kLargestTokenBudget; b *= 2) budgets.push_back(b);
   }
   std::optional<Candidate> best;
+  // Where the cost model is monotone its memory is taken to grow with the padded shape,
+  // which only grows along a micro-batch: the samples that fit are a prefix of those the
+  // budget allows. It is found by galloping (1, 2, 4, .. samples) then bisection, a few
+  // costed shapes per micro-batch where the walk costed one per sample, and the walk goes
+  // at most twice as far as the micro-batch. Otherwise every shape, in order.
+  const bool gallop = costs.cost_model().monotone();
+  std::vector<MicroBatchShape> grown;  // the shape of the first 1, 2, .. samples
   for (std::int64_t budget : budgets) {
     // Grow while the padded shape stays within the budget and fits; a sample alone
     // always starts a micro-batch (fairseq would reject it; here it is costed alone).
@@ -181,28 +188,44 @@ std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts&
     std::size_t begin = 0;
     bool feasible = true;
     while (begin < input.order.size() && feasible) {
+      auto fits = [&](std::size_t count) { return costs.get(grown[count - 1]).fits(rule); };
+      grown.clear();
+      std::size_t count = 0;         // the most samples known to fit
+      std::size_t too_many = 0;      // 0, or a count known not to fit
+      std::size_t next_probe = 1;    // galloping: the next count to cost
       std::int64_t enc = 0, dec = 0;
-      std::size_t end = begin;
-      while (end < input.order.size()) {
+      for (std::size_t end = begin; end < input.order.size(); ++end) {
         const ModelLengths lengths = model_lengths(input.samples[input.order[end]], options.kind);
-        const MicroBatchShape grown{
-            .batch = static_cast<std::int64_t>(end + 1 - begin),
-            .seqlen = round_up(std::max(enc, lengths.enc), options.seqlen_multiple),
-            .dec_seqlen = round_up(std::max(dec, lengths.dec), options.seqlen_multiple)};
-        const bool fits = costs.get(grown).fits(rule);
-        if (end == begin) {
-          feasible = fits;
-          if (!fits) break;
-        } else if (grown.tokens() > budget || !fits) {
-          break;
-        }
         enc = std::max(enc, lengths.enc);
         dec = std::max(dec, lengths.dec);
-        ++end;
+        const MicroBatchShape shape{.batch = static_cast<std::int64_t>(end + 1 - begin),
+                                    .seqlen = round_up(enc, options.seqlen_multiple),
+                                    .dec_seqlen = round_up(dec, options.seqlen_multiple)};
+        if (end > begin && shape.tokens() > budget) break;
+        grown.push_back(shape);
+        if (gallop && grown.size() < next_probe) continue;
+        if (!fits(grown.size())) {
+          too_many = grown.size();
+          break;
+        }
+        count = grown.size();
+        next_probe *= 2;
       }
+      if (too_many == 0 && count < grown.size()) {  // the budget ended between two probes
+        if (fits(grown.size())) {
+          count = grown.size();
+        } else {
+          too_many = grown.size();
+        }
+      }
+      while (too_many > count + 1) {  // galloping: bisect between the last two probes
+        const std::size_t mid = count + (too_many - count) / 2;
+        (fits(mid) ? count : too_many) = mid;
+      }
+      feasible = count > 0;
       if (!feasible) break;
-      ranges.emplace_back(begin, end);
-      begin = end;
+      ranges.emplace_back(begin, begin + count);
+      begin += count;
     }
     if (!feasible) return std::nullopt;  // a sample alone does not fit under this rule
     // Fewer micro-batches than replicas (a small batch, a large budget): halve the

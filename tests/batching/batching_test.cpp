@@ -365,6 +365,20 @@ TEST(TokenBasedTest, GrowsWhilePaddedTokensFitTheBudget) {
             (std::vector<MicroBatchShape>{{1, 104, 0}, {2, 96, 0}, {2, 40, 0}}));
 }
 
+// Memory stops the first micro-batch before the budget: 1, 2 and 4 samples are probed
+// (4 × 104 tokens do not fit), then 3 by bisection.
+TEST(TokenBasedTest, MemoryEndsAMicroBatchBeforeTheBudget) {
+  const FakeCostModel model({.num_stages = 1, .bytes_per_token = 100});
+  const GlobalBatch batch = gpt_batch({40, 100, 30, 90, 50});
+  const BatchingResult result = make_microbatches(
+      batch, model,
+      {.strategy = Strategy::TokenBased, .memory_limit_bytes = 40'000, .max_seqlen = 128,
+       .token_budget = 1000, .recompute = Recompute::None});
+  // Sorted 100, 90, 50, 40, 30: 3 × 104 = 312 tokens (31,200 B) | 40, 32 → 2 × 40.
+  EXPECT_EQ(ids_of(result.replicas[0]), (std::vector<std::vector<SampleId>>{{1, 3, 4}, {0, 2}}));
+  EXPECT_EQ(shapes_of(result.replicas[0]), (std::vector<MicroBatchShape>{{3, 104, 0}, {2, 40, 0}}));
+}
+
 TEST(VarlenRegroupTest, TokenBasedCutRunsAsOneUnpaddedRowPerMicroBatch) {
   const FakeCostModel model({.num_stages = 1});
   const GlobalBatch batch = gpt_batch({40, 100, 30, 90, 50});
@@ -1046,6 +1060,49 @@ TEST(BatchingPropertyTest, AffineTimeBoundChangesNoResultAndSavesCosting) {
   }
   EXPECT_LT(calls_with, calls_without_squares);
   EXPECT_LT(calls_without_squares, calls_without);
+}
+
+// Token-based finds where memory ends a micro-batch by galloping and bisection where the
+// cost model is monotone, by a walk over every sample otherwise (here: the same model
+// with small dips in time, and the same memory): the same cuts, in fewer costed shapes.
+TEST(BatchingPropertyTest, TokenBasedGallopsToTheWalksCuts) {
+  std::int64_t calls_gallop = 0, calls_walk = 0;
+  int memory_bound = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.strategy = Strategy::TokenBased;
+    c.options.token_budget = std::int64_t{256} << (seed % 9);
+    c.batch = c.options.kind == ModelKind::T5
+                  ? testing::random_t5_batch(seed, 40 + static_cast<int>(seed % 160), 256, 64)
+                  : testing::random_gpt_batch(seed, 40 + static_cast<int>(seed % 160), 256);
+    FakeCostParams walk_params = c.params;
+    walk_params.dip_ms = 1e-3;
+    const FakeCostModel gallop_model(c.params), walk_model(walk_params);
+    ASSERT_TRUE(gallop_model.monotone() && !walk_model.monotone());
+    auto plan = [&](const FakeCostModel& model) -> std::optional<BatchingResult> {
+      try {
+        return make_microbatches(c.batch, model, c.options);
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::Infeasible) << "seed " << seed << ": " << e.what();
+        return std::nullopt;
+      }
+    };
+    const std::optional<BatchingResult> gallop = plan(gallop_model);
+    const std::optional<BatchingResult> walk = plan(walk_model);
+    calls_gallop += gallop_model.calls();
+    calls_walk += walk_model.calls();
+    ASSERT_EQ(gallop.has_value(), walk.has_value()) << "seed " << seed;
+    if (!gallop) continue;
+    ASSERT_EQ(gallop->recompute, walk->recompute) << "seed " << seed;
+    for (std::size_t r = 0; r < gallop->replicas.size(); ++r) {
+      ASSERT_EQ(ids_of(gallop->replicas[r]), ids_of(walk->replicas[r])) << "seed " << seed;
+      for (const MicroBatch& mb : gallop->replicas[r]) {
+        memory_bound += mb.shape.tokens() + mb.shape.seqlen + mb.shape.dec_seqlen <= c.options.token_budget;
+      }
+    }
+  }
+  EXPECT_GT(memory_bound, 100);  // micro-batches another sample would have fitted by budget
+  EXPECT_LT(calls_gallop, calls_walk);
 }
 
 // dynapipe with varlen_padded_cut (one replica, one recompute mode): exactly
