@@ -326,8 +326,12 @@ class AnalyticCostModel final : public CostModel {
     if (options_.tp > 1 || bytes.size() != 2 * p) {
       return CostModel::bottleneck_ms_and_bytes(shape, density, recompute, scratch, bytes);
     }
-    LayerCosts layers(*this, shape, density, recompute);
-    return bottleneck_of(layers, bytes);
+    // resolved_modes() with the one mode: the same values, without the lazy layers'
+    // checks in every stage's sum (padded shapes: token-based's scan, the padded DP).
+    double time_ms = 0;
+    resolved_modes(shape, density, std::span<const Recompute>(&recompute, 1), std::span<double>(&time_ms, 1),
+                   bytes);
+    return time_ms;
   }
 
   // bottleneck_ms_and_bytes() per mode, the layers' shared terms computed once.
