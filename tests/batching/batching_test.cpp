@@ -1105,6 +1105,53 @@ TEST(BatchingPropertyTest, TokenBasedGallopsToTheWalksCuts) {
   EXPECT_LT(calls_gallop, calls_walk);
 }
 
+// Every sample fits alone, or the first that does not is named: where the cost model is
+// monotone only the samples no other exceeds on both sides are costed first, otherwise
+// every sample (here: the same model with small dips in time, the same memory). The same
+// outcome and message, for GPT and T5 and memory limits around the longest samples'.
+TEST(BatchingPropertyTest, AloneCheckOfTheLongestSamplesNamesTheSameSample) {
+  int refused = 0, planned = 0, refused_not_longest_input = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    RandomCase c = random_case(seed);
+    c.options.strategy = seed % 4 == 0 ? Strategy::TokenBased : Strategy::DynaPipe;
+    c.options.dp = 1;
+    // T5 targets as long as inputs, so that a shorter input can need more memory alone.
+    if (c.options.kind == ModelKind::T5) {
+      c.options.max_seqlen = 1024;
+      c.options.max_target_len = 1024;
+      c.batch = testing::random_t5_batch(seed, 40, 1024, 1024);
+    }
+    // Full recompute, one in flight: 1,000,000 static bytes and ~300 per token.
+    Rng rng(seed);
+    c.options.memory_limit_bytes = rng.uniform_int(1'200'000, 1'700'000);
+    FakeCostParams walk_params = c.params;
+    walk_params.dip_ms = 1e-3;
+    const FakeCostModel monotone_model(c.params), walk_model(walk_params);
+    auto outcome = [&](const FakeCostModel& model) -> std::string {
+      try {
+        make_microbatches(c.batch, model, c.options);
+        return "planned";
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Infeasible) return std::string("unexpected: ") + e.what();
+        return e.what();
+      }
+    };
+    const std::string got = outcome(monotone_model);
+    ASSERT_EQ(got, outcome(walk_model)) << "seed " << seed;
+    if (got == "planned") {
+      ++planned;
+      continue;
+    }
+    ++refused;
+    std::int32_t longest = 0;
+    for (const Sample& sample : c.batch.samples) longest = std::max(longest, sample.input_len);
+    if (got.find(cat("(input_len ", longest, ",")) == std::string::npos) ++refused_not_longest_input;
+  }
+  EXPECT_GT(refused, 50);  // both outcomes are exercised
+  EXPECT_GT(planned, 50);
+  EXPECT_GT(refused_not_longest_input, 10);  // a sample the longest input does not cover
+}
+
 // dynapipe with varlen_padded_cut (one replica, one recompute mode): exactly
 // dynapipe-padded's cut, each micro-batch one varlen row of the same members, no slower
 // and within memory; so the result's objective is never above dynapipe-padded's.
