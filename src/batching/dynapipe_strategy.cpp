@@ -796,9 +796,13 @@ std::optional<Candidate> split_microbatches(const StrategyInput& input, ShapeCos
 
   Candidate candidate;
   candidate.replicas.resize(static_cast<std::size_t>(options.dp));
+  // Karmarkar–Karp's loads (one replica takes all: replicas_objective() below costs them).
   std::vector<double> times;
-  for (const MicroBatch& mb : microbatches) times.push_back(mixed_cost_of(costs, mb, rule).time_ms);
-  const std::vector<int> owner = balance_replicas(times, options.dp);
+  if (options.dp > 1) {
+    for (const MicroBatch& mb : microbatches) times.push_back(mixed_cost_of(costs, mb, rule).time_ms);
+  }
+  const std::vector<int> owner =
+      options.dp > 1 ? balance_replicas(times, options.dp) : std::vector<int>(microbatches.size(), 0);
   for (std::size_t k = 0; k < microbatches.size(); ++k) {  // DP order inside each replica
     candidate.replicas[static_cast<std::size_t>(owner[k])].push_back(std::move(microbatches[k]));
   }
