@@ -567,6 +567,24 @@ RandomCase random_case(std::uint64_t seed) {
   return c;
 }
 
+// Up to 200 short samples, where the DP's bounds and token-based's fit matter most.
+GlobalBatch many_short_samples(const RandomCase& c, std::uint64_t seed) {
+  const int count = 40 + static_cast<int>(seed % 160);
+  return c.options.kind == ModelKind::T5 ? testing::random_t5_batch(seed, count, 256, 64)
+                                         : testing::random_gpt_batch(seed, count, 256);
+}
+
+// make_microbatches() of the case on `model`; nullopt where it is infeasible (any other
+// error fails the test).
+std::optional<BatchingResult> plan_case(const RandomCase& c, const CostModel& model, std::uint64_t seed) {
+  try {
+    return make_microbatches(c.batch, model, c.options);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Infeasible) << "seed " << seed << ": " << e.what();
+    return std::nullopt;
+  }
+}
+
 // Every sample exactly once; every micro-batch's fields consistent with its members;
 // memory within the limit under the declared rule; the objective recomputes.
 void check_result(const RandomCase& c, const FakeCostModel& model, const BatchingResult& r,
@@ -1024,26 +1042,15 @@ TEST(BatchingPropertyTest, AffineTimeBoundChangesNoResultAndSavesCosting) {
     RandomCase c = random_case(seed);
     c.options.strategy = seed % 3 == 0 ? Strategy::DynaPipePadded : Strategy::DynaPipe;
     c.options.varlen_row_capacity = seed % 5 == 0 && c.options.strategy == Strategy::DynaPipe;
-    // Many short samples, where the bound works: up to 200 of them.
-    c.batch = c.options.kind == ModelKind::T5
-                  ? testing::random_t5_batch(seed, 40 + static_cast<int>(seed % 160), 256, 64)
-                  : testing::random_gpt_batch(seed, 40 + static_cast<int>(seed % 160), 256);
+    c.batch = many_short_samples(c, seed);  // where the bound works
     FakeCostParams without = c.params, without_squares = c.params;
     without.affine_bound = false;
     without_squares.affine_squares = false;
     const FakeCostModel with_model(c.params), without_model(without),
         without_squares_model(without_squares);
-    auto plan = [&](const FakeCostModel& model) -> std::optional<BatchingResult> {
-      try {
-        return make_microbatches(c.batch, model, c.options);
-      } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), ErrorKind::Infeasible) << "seed " << seed << ": " << e.what();
-        return std::nullopt;
-      }
-    };
-    const std::optional<BatchingResult> with = plan(with_model);
-    const std::optional<BatchingResult> plain = plan(without_model);
-    const std::optional<BatchingResult> tokens_only = plan(without_squares_model);
+    const std::optional<BatchingResult> with = plan_case(c, with_model, seed);
+    const std::optional<BatchingResult> plain = plan_case(c, without_model, seed);
+    const std::optional<BatchingResult> tokens_only = plan_case(c, without_squares_model, seed);
     calls_with += with_model.calls();
     calls_without += without_model.calls();
     calls_without_squares += without_squares_model.calls();
@@ -1072,23 +1079,13 @@ TEST(BatchingPropertyTest, TokenBasedGallopsToTheWalksCuts) {
     RandomCase c = random_case(seed);
     c.options.strategy = Strategy::TokenBased;
     c.options.token_budget = std::int64_t{256} << (seed % 9);
-    c.batch = c.options.kind == ModelKind::T5
-                  ? testing::random_t5_batch(seed, 40 + static_cast<int>(seed % 160), 256, 64)
-                  : testing::random_gpt_batch(seed, 40 + static_cast<int>(seed % 160), 256);
+    c.batch = many_short_samples(c, seed);
     FakeCostParams walk_params = c.params;
     walk_params.dip_ms = 1e-3;
     const FakeCostModel gallop_model(c.params), walk_model(walk_params);
     ASSERT_TRUE(gallop_model.monotone() && !walk_model.monotone());
-    auto plan = [&](const FakeCostModel& model) -> std::optional<BatchingResult> {
-      try {
-        return make_microbatches(c.batch, model, c.options);
-      } catch (const Error& e) {
-        EXPECT_EQ(e.kind(), ErrorKind::Infeasible) << "seed " << seed << ": " << e.what();
-        return std::nullopt;
-      }
-    };
-    const std::optional<BatchingResult> gallop = plan(gallop_model);
-    const std::optional<BatchingResult> walk = plan(walk_model);
+    const std::optional<BatchingResult> gallop = plan_case(c, gallop_model, seed);
+    const std::optional<BatchingResult> walk = plan_case(c, walk_model, seed);
     calls_gallop += gallop_model.calls();
     calls_walk += walk_model.calls();
     ASSERT_EQ(gallop.has_value(), walk.has_value()) << "seed " << seed;
