@@ -89,9 +89,10 @@ void check_alone_fits(const GlobalBatch& batch, const BatchingOptions& options,
     const std::size_t members[1] = {k};
     return detail::make_microbatch(samples, members, options, detail::lone_sample_form(full.cost_model()));
   };
-  // Where the cost model is monotone a sample alone needs no less memory than any sample
-  // no longer on either side: if the samples no other one exceeds on both sides fit, all
-  // do (T5-11B pp 8 short256: ~530 costed shapes per strategy, ~1% of a plan).
+  // Where the cost model is monotone a sample's memory alone grows with its encoder and
+  // decoder lengths: where the samples that no other is at least as long as on both sides
+  // fit, every sample does (T5-11B pp 8 short256: ~530 costed shapes per strategy were ~1%
+  // of a plan).
   if (full.cost_model().monotone()) {
     std::vector<detail::ModelLengths> lengths;
     lengths.reserve(samples.size());

@@ -597,7 +597,7 @@ class AnalyticCostModel final : public CostModel {
   }
 
   // The bottleneck time and per-stage bytes of bottleneck_ms_and_bytes() (tp = 1),
-  // from layers in their current mode (LayerCosts or ResolvedLayers).
+  // from layers resolved in one mode (ResolvedLayers, resolved_modes()).
   template <typename Layers>
   double bottleneck_of(Layers& layers, std::span<std::int64_t> bytes) const {
     const std::size_t p = stages_.size();
