@@ -181,6 +181,7 @@ std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts&
   // at most twice as far as the micro-batch. Otherwise every shape, in order.
   const bool gallop = costs.cost_model().monotone();
   std::vector<MicroBatchShape> grown;  // the shape of the first 1, 2, .. samples
+  auto fits = [&](std::size_t count) { return costs.get(grown[count - 1]).fits(rule); };
   for (std::int64_t budget : budgets) {
     // Grow while the padded shape stays within the budget and fits; a sample alone
     // always starts a micro-batch (fairseq would reject it; here it is costed alone).
@@ -188,7 +189,6 @@ std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts&
     std::size_t begin = 0;
     bool feasible = true;
     while (begin < input.order.size() && feasible) {
-      auto fits = [&](std::size_t count) { return costs.get(grown[count - 1]).fits(rule); };
       grown.clear();
       std::size_t count = 0;         // the most samples known to fit
       std::size_t too_many = 0;      // 0, or a count known not to fit

@@ -796,13 +796,14 @@ std::optional<Candidate> split_microbatches(const StrategyInput& input, ShapeCos
 
   Candidate candidate;
   candidate.replicas.resize(static_cast<std::size_t>(options.dp));
-  // Karmarkar–Karp's loads (one replica takes all: replicas_objective() below costs them).
-  std::vector<double> times;
+  // Karmarkar–Karp on the micro-batches' times; one replica takes all, uncosted
+  // (replicas_objective() below costs them).
+  std::vector<int> owner(microbatches.size(), 0);
   if (options.dp > 1) {
+    std::vector<double> times;
     for (const MicroBatch& mb : microbatches) times.push_back(mixed_cost_of(costs, mb, rule).time_ms);
+    owner = balance_replicas(times, options.dp);
   }
-  const std::vector<int> owner =
-      options.dp > 1 ? balance_replicas(times, options.dp) : std::vector<int>(microbatches.size(), 0);
   for (std::size_t k = 0; k < microbatches.size(); ++k) {  // DP order inside each replica
     candidate.replicas[static_cast<std::size_t>(owner[k])].push_back(std::move(microbatches[k]));
   }

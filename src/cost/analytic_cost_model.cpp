@@ -272,7 +272,6 @@ class AnalyticCostModel final : public CostModel {
           break;
         }
       }
-      same_as_.push_back(first);
       if (first == s) {
         distinct_.push_back(s);
       } else {
@@ -602,18 +601,16 @@ class AnalyticCostModel final : public CostModel {
   double bottleneck_of(Layers& layers, std::span<std::int64_t> bytes) const {
     const std::size_t p = stages_.size();
     double time_ms = 0;
-    for (std::size_t s = 0; s < p; ++s) {
-      const std::size_t first = same_as_[s];
-      if (first != s) {  // its time is already in the max
-        bytes[s] = bytes[first];
-        bytes[p + s] = bytes[p + first];
-        continue;
-      }
+    for (const std::size_t s : distinct_) {
       const LayerCost total = stage_total(stages_[s], layers);
       time_ms = std::max(time_ms, total.fwd_ms + (total.bwd_input_ms + total.bwd_weight_ms));
       bytes[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes)) +
                  output_bytes(stages_[s], layers);  // held_bytes()
       bytes[p + s] = static_cast<std::int64_t>(std::ceil(total.peak_bytes));
+    }
+    for (const auto& [s, first] : repeats_) {  // their times are already in the max
+      bytes[s] = bytes[first];
+      bytes[p + s] = bytes[p + first];
     }
     return time_ms;
   }
@@ -709,9 +706,10 @@ class AnalyticCostModel final : public CostModel {
   std::vector<StageLayers> stages_;
   std::vector<std::int64_t> static_bytes_;
   std::vector<std::int64_t> weight_bytes_;
-  std::vector<std::size_t> same_as_;  // per stage: the first stage with the same layers
-  std::vector<std::size_t> distinct_;  // the stages that are their own same_as_
-  std::vector<std::pair<std::size_t, std::size_t>> repeats_;  // the others: (stage, its same_as_)
+  // Stages with the same layers (same_layers()): the first of each kind, in order, and
+  // every other as (stage, the first of its kind).
+  std::vector<std::size_t> distinct_;
+  std::vector<std::pair<std::size_t, std::size_t>> repeats_;
   struct {
     bool embedding = false, encoder = false, dec_embedding = false, decoder = false, head = false;
   } has_kind_;  // the layer kinds some stage has
