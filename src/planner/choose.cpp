@@ -226,8 +226,9 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
   // mode: only that recompute mode, orders permuted (other_modes: every mode if that one
   // fits no schedule); none given: every mode. schedule: the --schedule value searched
   // (none given: the choice's).
-  // beat_ms (a mode-less search only): a result no faster than this is not needed and
-  // returns +inf (search_replicas()).
+  // beat_ms: a result no faster than this is not needed and returns +inf
+  // (search_replicas()). With a mode it also ends the search where that mode fits no
+  // schedule (no fall-back to the others): given only where the mode is known to fit.
   // dynapipe-padded is the paper's formulation, Karmarkar–Karp's deal included (the
   // reference deals with prtpy's kk); dynapipe deals each cut searched in full again.
   const bool redeals = m.config.dp > 1 && m.batching.strategy == Strategy::DynaPipe;
@@ -253,8 +254,25 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
     const ScheduleKind schedule = schedule_given.value_or(ranked_choice.schedule);
     if (const Searched* s = covering(ranked_choice, mode, schedule)) return s->est_ms;
     SearchCall call{replica_microbatches(ranked_choice), schedule, {.beat_ms = beat_ms}};
-    if (mode) call.how = {.quick = true, .recompute = *mode, .other_modes = other_modes, .permute = true};
-    Choice full = ahead.search(call);
+    if (mode) {
+      call.how = {.quick = true, .recompute = *mode, .other_modes = other_modes, .permute = true, .beat_ms = beat_ms};
+    }
+    // A full search without a bar (the plan's first) tries every mode and schedule in
+    // permuted orders, the quick estimate's among them: with that estimate as its bar, whose
+    // own result then still counts, the builds stop there, and where nothing beats it (a
+    // quick estimate from another problem) the search runs again without one. On one thread
+    // only: on two the helper has run it ahead without a bar, which serves either call.
+    // (T5-11B pp 8 short256: -2.4% plan instructions, GPT-6.7B pp 4 -1.4%.)
+    const double below_estimate_ms = std::nextafter(ranked_choice.est_ms, std::numeric_limits<double>::infinity());
+    Choice full;
+    if (!mode && !ahead.helped() && below_estimate_ms < beat_ms) {
+      SearchCall tried = call;
+      tried.how.beat_ms = below_estimate_ms;
+      full = ahead.search(tried);
+      if (full.replicas.empty()) full = ahead.search(call);
+    } else {
+      full = ahead.search(call);
+    }
     if (redeals) {
       // Only a deal faster than this cut's own and the plan so far can matter.
       double bar = full.replicas.empty() ? beat_ms : full.est_ms;
@@ -467,9 +485,37 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
     }
     return m.search_replicas(batch, replica_microbatches(cut), cut.schedule, how).est_ms < two_window_ms;
   };
+  // With one replica a baseline cut's search in one mode needs only beat the plan so far:
+  // its builds stop there. Without a bar every order ran to its end where the plan was far
+  // ahead (T5-11B pp 8 short256: packing-varlen's cut, 2.2 ms of a ~16 ms plan). The bar
+  // leaves unknown only what a result above it would have told the random orders below
+  // (its time and idle share): those whose search found nothing (`barred`) get their random
+  // orders against the plan, ungated. Given only where the mode cannot fall back to others
+  // (a finite bar ends that): the ranking ran in it, or no fall-back is asked. With several
+  // replicas the random orders need each one's time: no bar.
+  struct BarredCut {
+    const Choice* cut;
+    Recompute mode;
+    ScheduleKind schedule;
+  };
+  std::vector<BarredCut> barred;
+  auto search_baseline_in_full = [&](const Choice& cut, Recompute mode, bool other_modes, ScheduleKind schedule,
+                                     bool mode_fits) {
+    const bool bar = m.config.dp == 1 && (mode_fits || !other_modes);
+    const double bar_ms = bar ? choice->est_ms : std::numeric_limits<double>::infinity();
+    const double ms = search_in_full(cut, mode, other_modes, schedule, bar_ms);
+    if (bar && !(ms < bar_ms) && std::ranges::none_of(barred, [&](const BarredCut& b) {
+          return b.mode == mode && b.schedule == schedule && same_cut(*b.cut, cut);
+        })) {
+      barred.push_back({&cut, mode, schedule});
+    }
+  };
   for (const Choice& ranked_choice : ranked) {
     if (!ranked_choice.baseline_cut) continue;
-    if (in_window(ranked_choice)) search_in_full(ranked_choice, ranked_choice.dp_recompute);
+    if (in_window(ranked_choice)) {
+      search_baseline_in_full(ranked_choice, ranked_choice.dp_recompute, true, ranked_choice.schedule,
+                              runs_in_own_mode(ranked_choice));
+    }
     // The baseline's own search tries every recompute mode. One lighter than the mode its
     // cut was sized for (the 1F1B rule) can fit the schedule that admits forwards by memory
     // alone, critical-path: packing-varlen's own plan ran its cut so at recompute none where
@@ -494,7 +540,7 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
                               {.quick = true, .recompute = lighter, .other_modes = false,
                                .record = false, .beat_ms = window_ms});
         if (quick.est_ms < window_ms) {
-          search_in_full(ranked_choice, lighter, /*other_modes=*/false, memory_bound);
+          search_baseline_in_full(ranked_choice, lighter, /*other_modes=*/false, memory_bound, false);
         }
         return true;
       });
@@ -554,6 +600,22 @@ Choice Planner::Impl::choose_ranked(const GlobalBatch& batch, const std::vector<
     // Only orders that beat the plan so far matter: their builds stop there.
     Choice other = with_random_orders(batch, std::move(full), choice->est_ms);
     if (other.est_ms < choice->est_ms) choice = std::move(other);
+  }
+  // And the barred ones (above): on one replica a result's random orders run in its mode,
+  // each build against the plan, as here.
+  for (const BarredCut& b : barred) {
+    if (m.options.random_orders <= 0) break;
+    if (chosen_before.baseline_cut && same_cut(*b.cut, chosen_before)) continue;
+    Choice other = m.search_replicas(batch, replica_microbatches(*b.cut), b.schedule,
+                                     {.quick = true, .recompute = b.mode, .permute = true,
+                                      .random_orders = m.options.random_orders,
+                                      .searched_orders = SearchOptions{}.max_orders,
+                                      .beat_ms = choice->est_ms});
+    if (other.replicas.empty() || !(other.est_ms < choice->est_ms)) continue;
+    other.batching = b.cut->batching;
+    other.dp_recompute = b.cut->dp_recompute;
+    other.baseline_cut = true;
+    choice = std::move(other);
   }
   // Under auto, where another schedule won, the fastest DP cut critical-path ran in full gets
   // random orders too when it came within kCriticalPathOrdersWindow of the plan: the orders

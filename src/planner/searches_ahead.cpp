@@ -19,10 +19,9 @@ bool same_but_bar(ReplicaSearch a, ReplicaSearch b) {
 
 bool SearchesAhead::serves(const Search& queued, const Search& wanted) {
   if (queued.schedule != wanted.schedule || !same_but_bar(queued.how, wanted.how)) return false;
-  // A quick search's finite bar also ends it where its own mode fits nothing (no fall-back
-  // to the other modes): only the same bar gives the same result.
-  const bool bar_serves = queued.how.beat_ms == wanted.how.beat_ms ||
-                          (!wanted.how.quick && queued.how.beat_ms >= wanted.how.beat_ms);
+  // A higher bar serves (a quick search's only where its result shows no fall-back:
+  // search()).
+  const bool bar_serves = queued.how.beat_ms >= wanted.how.beat_ms;
   return bar_serves && queued.replicas == wanted.replicas;
 }
 
@@ -51,6 +50,14 @@ Choice SearchesAhead::search(const Search& wanted) {
     if (!entries_[i].result) break;  // it threw: run here, which throws as one thread would
     Choice found = std::move(*entries_[i].result);
     lock.unlock();
+    // A quick search's finite bar also ends it where its own mode fits nothing (no
+    // fall-back to the other modes): a result with a higher bar serves only where it ran
+    // in that mode on every replica, which then fits.
+    const bool fell_back = std::ranges::any_of(
+        found.replicas, [&](const ReplicaChoice& r) { return r.best.recompute != wanted.how.recompute; });
+    if (wanted.how.quick && entries_[i].search.how.beat_ms != wanted.how.beat_ms && fell_back) {
+      return run_(wanted);
+    }
     // Nothing below the caller's bar: what search_replicas() returns for that.
     if (found.replicas.empty() || found.est_ms >= wanted.how.beat_ms) return nothing_found(wanted.schedule);
     return found;

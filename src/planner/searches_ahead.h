@@ -10,10 +10,11 @@
 // The plan is the same for any thread count: a search choose() asks for is answered with
 // exactly what search_replicas() returns for it. Where no helper has started the queued
 // search, the caller runs it itself, as on one thread; where the helper ran it with a
-// higher bar (a full search's SearchOptions::beat_ms; not a quick one's, whose finite bar
-// also stops its fall-back to other modes), a result at or above the caller's bar is the
-// "found nothing" result the caller's own search returns (schedule_search.h: below the bar
-// the winner is the same). A queued search that threw is run again by the caller.
+// higher bar (SearchOptions::beat_ms), a result at or above the caller's bar is the "found
+// nothing" result the caller's own search returns (schedule_search.h: below the bar the
+// winner is the same). A quick search's finite bar also stops its fall-back to other modes:
+// its result serves a lower bar only where it ran in the mode asked for. A queued search
+// that threw is run again by the caller.
 //
 // rank_dp_plans() queues the first two already, for the thread that ranked the
 // baselines' cuts, which runs them with serve_queued() when that work ends; what no thread

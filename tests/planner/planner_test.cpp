@@ -644,6 +644,26 @@ TEST(PlannerTest, AutoGivesRandomOrdersToTheCutCriticalPathRanClose) {
   expect_auto_no_slower_than(config, ScheduleKind::CriticalPath, 2);
 }
 
+// With one replica a baseline cut's search stops at the plan so far; one that found nothing
+// below it still gets its random orders against the plan, whatever the idle share of the
+// result the bar left unknown (which gates them where a result is known). gpt-tiny pp 2 on
+// the CPU model, 2048, 8,192 tokens, third batch: dynapipe tied packing-varlen's own plan at
+// 1482.7 ms until that cut's random orders ran ungated, 1471.3.
+TEST(PlannerTest, ABaselineCutBarredAtThePlanGetsItsRandomOrders) {
+  PlanConfig config = gpt_h100_config("dynapipe", 2, 1, 2048, 8192);
+  config.model = load_model_spec("gpt-tiny");
+  config.cost_model = "analytic:cpu";
+  config.max_target_len = 2048;
+  config.memory_limit_gib = 0;
+  const GlobalBatch batch = batches_of(config, 3).back();
+  const PlannerOptions estimates = options_with(false, {});
+  PlanConfig theirs = config;
+  theirs.strategy = Strategy::PackingVarlen;
+  const double dynapipe = Planner(config, estimates).plan_iteration(batch).est_iteration_ms;
+  const double packing_varlen = Planner(theirs, estimates).plan_iteration(batch).est_iteration_ms;
+  EXPECT_LT(dynapipe, packing_varlen * (1 - 1e-3)) << dynapipe << " vs " << packing_varlen;
+}
+
 // packing-varlen without --micro-batch-size simulates two sizes, the objective's choice and
 // the most rows that fit, and keeps the faster: each wins somewhere. GPT-6.7B pp 4 on H100
 // 80 GiB at 512 takes the most that fit (the objective's 1F1B bubble favours smaller

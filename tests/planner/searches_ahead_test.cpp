@@ -140,14 +140,40 @@ TEST(SearchesAheadTest, AFullSearchWithAHigherBarServesALowerOne) {
   }
 }
 
-// Not served by a search whose result may differ: a lower bar, a quick search's other bar
-// (its bar also ends its fall-back to other modes), other options, micro-batches or schedule.
+// A quick search run ahead with a higher bar answers a lower one only where it ran in the
+// mode asked for on every replica: a finite bar also ends a quick search where that mode fits
+// nothing, so a result that fell back to another mode is not what the caller's search
+// returns, and the caller runs it.
+TEST(SearchesAheadTest, AQuickSearchWithAHigherBarServesOnlyInItsOwnMode) {
+  for (const Recompute ran_in : {Recompute::Selective, Recompute::Full}) {
+    std::atomic<int> runs{0};
+    std::promise<void> done;
+    SearchesAhead ahead([&](const SearchCall& s) {
+      Choice c = found(++runs == 1 ? 3 : 4, s);
+      for (ReplicaChoice& r : c.replicas) r.best.recompute = ran_in;
+      if (runs == 1) done.set_value();
+      return c;
+    }, true);
+    std::thread helper([&] { ahead.serve(); });
+    ahead.add(call(3, {.quick = true, .recompute = Recompute::Selective}));
+    done.get_future().wait();
+    const Choice c = ahead.search(call(3, {.quick = true, .recompute = Recompute::Selective, .beat_ms = 5}));
+    const bool own_mode = ran_in == Recompute::Selective;
+    EXPECT_EQ(runs, own_mode ? 1 : 2) << recompute_name(ran_in);
+    EXPECT_EQ(c.est_ms, own_mode ? 3 : 4) << recompute_name(ran_in);
+    ahead.close();
+    helper.join();
+  }
+}
+
+// Not served by a search whose result may differ: a lower bar, other options,
+// micro-batches or schedule.
 TEST(SearchesAheadTest, OnlyASearchWithTheSameResultServes) {
   const SearchCall queued_full = call(3, {.beat_ms = 5});
   const SearchCall queued_quick = call(3, {.quick = true, .beat_ms = 10});
   const std::vector<std::pair<SearchCall, SearchCall>> cases = {
       {queued_full, call(3, {.beat_ms = 6})},
-      {queued_quick, call(3, {.quick = true, .beat_ms = 5})},
+      {queued_quick, call(3, {.quick = true, .beat_ms = 11})},
       {queued_quick, call(3, {.quick = true, .permute = true, .beat_ms = 10})},
       {queued_full, call(4, {.beat_ms = 5})},
       {queued_full, call(3, {.beat_ms = 5}, ScheduleKind::Zb1p)},
