@@ -66,9 +66,12 @@ struct Executor {
   std::set<int> stashed;
   std::vector<int> fwd_version;  // [mb * stages + stage]
   std::int64_t memory_bytes = 0, peak_bytes = 0;
-  // What it waits for when parked.
-  int wait_peer = -1;        // program index, or -1 for the ReduceGrads barrier
-  std::string wait_for;      // e.g. "to post RecvGradStart (message #3 of the pair)"
+  // What it waits for when parked: the peer (program index) to post `wait_post`, message
+  // #wait_message of the pair; or, with wait_peer -1, the ReduceGrads barrier. Worded only
+  // for a deadlock report (wait_text()): a string per park was ~1% of a plan's instructions.
+  int wait_peer = -1;
+  const char* wait_post = "";
+  std::size_t wait_message = 0;
 };
 
 constexpr std::uint8_t kF = 1, kB = 2, kI = 4, kW = 8;
@@ -131,6 +134,13 @@ class Replay {
     return static_cast<std::size_t>(mb) * options_.layout.num_stages() + stage;
   }
   [[noreturn]] void report_deadlock() const;
+  // What parked executor x waits for, e.g. "to post RecvGradStart (message #3 of the pair)".
+  std::string wait_text(const Executor& x) const {
+    if (x.wait_peer >= 0) return cat("to post ", x.wait_post, " (message #", x.wait_message, " of the pair)");
+    const int device = x.program->device;
+    return cat("for all ", group_size_[device], " replicas of device ", device, " to reach ReduceGrads (",
+               group_arrived_[device], " have)");
+  }
   std::int64_t weight_bytes(int device) const {
     return options_.weight_bytes.empty() ? 0 : options_.weight_bytes[device];
   }
@@ -549,10 +559,9 @@ bool Replay::step_comm_finish(int e, const Instruction& in) {
   }
   if (theirs.size() <= k) {
     x.wait_peer = by_rank_.at(in.peer);
-    x.wait_for = cat("to post ",
-                     send ? (is_grad_comm(op) ? "RecvGradStart" : "RecvActivationStart")
-                          : (is_grad_comm(op) ? "SendGradStart" : "SendActivationStart"),
-                     " (message #", k, " of the pair)");
+    x.wait_post = send ? (is_grad_comm(op) ? "RecvGradStart" : "RecvActivationStart")
+                       : (is_grad_comm(op) ? "SendGradStart" : "SendActivationStart");
+    x.wait_message = k;
     return false;
   }
   if (send) {
@@ -630,9 +639,6 @@ bool Replay::step_reduce_or_update(int e, const Instruction& in) {
   }
   if (group_arrived_[x.program->device] < group_size_[x.program->device]) {
     x.wait_peer = -1;
-    x.wait_for = cat("for all ", group_size_[x.program->device], " replicas of device ",
-                     x.program->device, " to reach ReduceGrads (", group_arrived_[x.program->device],
-                     " have)");
     return false;
   }
   return true;
@@ -663,14 +669,14 @@ void Replay::report_deadlock() const {
             << to_string(x.program->instructions[x.pc]);
     if (x.wait_peer >= 0) {
       const Executor& p = executors_[x.wait_peer];
-      details << " for rank " << p.program->rank << ' ' << x.wait_for;
+      details << " for rank " << p.program->rank << ' ' << wait_text(x);
       if (p.pc < p.program->instructions.size()) {
         details << ", which is blocked at #" << p.pc << ' ' << to_string(p.program->instructions[p.pc]);
       } else {
         details << ", which has finished";
       }
     } else {
-      details << ' ' << x.wait_for;
+      details << ' ' << wait_text(x);
     }
     details << '\n';
   }
