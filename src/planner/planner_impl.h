@@ -231,6 +231,11 @@ struct Planner::Impl {
   // packing-megatron's "auto", which is 1F1B (the baseline's own schedule).
   ScheduleKind schedule = ScheduleKind::Auto;
   std::vector<DpTarget> more_targets; // DP strategies: further schedules planned for
+  // The schedule kind that won the last schedule search (-1: none yet), searched first in
+  // the next, zb1p after it (SearchOptions::search_first): it mostly wins again (zb1p 75% of
+  // a T5-11B pp 8 short256 plan's quick searches, critical-path 80% of GPT-6.7B pp 4's).
+  // Only the work depends on it, never a result, so threads may share it.
+  mutable std::atomic<int> last_winner{-1};
 
   // quick: only the batching's recompute mode and no micro-batch permutations, to rank
   // many micro-batchings before the full search of the best (choose()). ranked: quick

@@ -85,6 +85,9 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     search_options.searched_orders = how.searched_orders;
     search_options.beat_ms = how.beat_ms;
     search_options.abandon = how.abandon;
+    if (const int kind = m.last_winner.load(std::memory_order_relaxed); kind >= 0) {
+      search_options.search_first = {static_cast<ScheduleKind>(kind), ScheduleKind::Zb1p};
+    }
     auto with_vertical_sync = [&](std::vector<SearchCandidate> candidates) {
       // The candidates of one problem share it: each problem copied once.
       std::shared_ptr<const PipelineProblem> from, to;
@@ -138,6 +141,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
       throw Error(e.kind(), cat("iteration ", batch.index, " replica ", r, ": ", e.what()));
     }
     if (!replica.best.found) return nothing_found(schedule);  // it cannot beat beat_ms
+    m.last_winner.store(static_cast<int>(replica.best.schedule), std::memory_order_relaxed);
     choice.est_ms = std::max(choice.est_ms, replica.best.sim.makespan_ms);
     choice.replicas.push_back(std::move(replica));
   }

@@ -147,8 +147,27 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   std::vector<int> best_order;
   ScheduleOrder best_schedule;
   SimResult best_sim;  // the winner's unrecorded run (!options.record_winner)
-  // What a result must beat: the best so far, else SearchOptions::beat_ms (+inf: none).
-  auto to_beat = [&] { return best >= 0 ? best_ms : options.beat_ms; };
+  // SearchOptions::search_first's candidates are searched first, in its order. The result
+  // is the one the listed order gives: ties go to the candidate listed first, so one listed
+  // before the best so far must only equal it (to_beat()), and the rejections and the
+  // smallest violation are told in the listed order.
+  std::vector<int> evaluation(candidates.size());
+  std::iota(evaluation.begin(), evaluation.end(), 0);
+  if (!options.search_first.empty()) {
+    auto rank = [&](int ci) {
+      return std::find(options.search_first.begin(), options.search_first.end(), candidates[ci].schedule) -
+             options.search_first.begin();
+    };
+    std::stable_sort(evaluation.begin(), evaluation.end(), [&](int a, int b) { return rank(a) < rank(b); });
+  }
+  // What candidate ci's result must beat: the best so far (equal it, where ci is listed
+  // before the best), else SearchOptions::beat_ms (+inf: none).
+  auto to_beat = [&](int ci) {
+    if (best < 0) return options.beat_ms;
+    return ci < best ? std::nextafter(best_ms, std::numeric_limits<double>::infinity()) : best_ms;
+  };
+  std::vector<std::pair<int, std::string>> rejected;  // by candidate, told in the listed order
+  std::vector<const PipelineProblem*> validated;
   // The peaks of orders that do not fit matter only while nothing fits and nothing bounds
   // the search: they name the smallest violation in the Infeasible error and make the
   // `rejected` lines. After that an order is given up as soon as it shows it cannot fit.
@@ -161,14 +180,17 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   std::vector<std::vector<int>> cyclic_mb_orders;
   std::vector<ScheduleOrder> cyclic_orders;
 
-  for (int ci = 0; ci < static_cast<int>(candidates.size()); ++ci) {
+  for (const int ci : evaluation) {
     const SearchCandidate& candidate = candidates[ci];
     if (candidate.problem == nullptr) {
       throw Error(ErrorKind::InvalidArgument,
                   cat("schedule search: candidate ", ci, " must have a problem, got none"));
     }
     // Candidates of one problem share it: validated once.
-    if (ci == 0 || candidates[ci - 1].problem != candidate.problem) candidate.problem->validate();
+    if (std::find(validated.begin(), validated.end(), candidate.problem.get()) == validated.end()) {
+      candidate.problem->validate();
+      validated.push_back(candidate.problem.get());
+    }
     auto it = schedules.find(candidate.schedule);
     if (it == schedules.end()) {
       it = schedules.emplace(candidate.schedule, make_schedule(candidate.schedule)).first;
@@ -193,7 +215,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
     // they prune (GPT-6.7B pp 4 short256: 35 of 155 candidates) the plan takes 4.5% fewer
     // instructions.
     if (makespan_lower_bound_ms(*candidate.problem, schedule.whole_backward()) >=
-        to_beat() * (1 + 1e-9)) {
+        to_beat(ci) * (1 + 1e-9)) {
       ++result.pruned;
       continue;
     }
@@ -241,7 +263,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         }
       }
       // Once something fits, a build or run stops where it can no longer beat it.
-      const double stop_at_ms = to_beat();
+      const double stop_at_ms = to_beat(ci);
       std::string why_not;
       bool stopped = false;
       std::optional<ScheduleOrder> order;
@@ -268,7 +290,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         continue;
       }
       if (!order) {
-        result.rejected.push_back(cat(label(), ": ", why_not));
+        rejected.emplace_back(ci, cat(label(), ": ", why_not));
         break;
       }
       any_applies = true;
@@ -307,7 +329,8 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
           const std::int64_t excess = scratch.peak_memory_bytes[d] - problem.memory_limit_bytes;
           if (excess <= 0) continue;
           if (candidate_excess < 0 || excess < candidate_excess) candidate_excess = excess;
-          if (!smallest || excess < smallest->excess_bytes) {
+          if (!smallest || excess < smallest->excess_bytes ||
+              (excess == smallest->excess_bytes && ci < smallest->candidate)) {
             smallest = Violation{excess, scratch.peak_memory_bytes[d],
                                  mb_order[scratch.peak_op[d].mb], scratch.peak_op[d].stage, ci};
           }
@@ -315,7 +338,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
         continue;
       }
       fitted = true;
-      if (scratch.makespan_ms < to_beat()) {
+      if (scratch.makespan_ms < to_beat(ci)) {
         best = ci;
         best_ms = scratch.makespan_ms;
         best_order = mb_order;
@@ -324,11 +347,14 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       }
     }
     if (!fitted && candidate_excess >= 0) {
-      result.rejected.push_back(cat(label(), ": needs ", gib_text(bytes_to_gib(candidate_excess), 3),
+      rejected.emplace_back(ci, cat(label(), ": needs ", gib_text(bytes_to_gib(candidate_excess), 3),
                                     " GiB more than the memory limit"));
     }
   }
 
+  std::stable_sort(rejected.begin(), rejected.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [ci, text] : rejected) result.rejected.push_back(std::move(text));
   if (best < 0 && options.beat_ms < std::numeric_limits<double>::infinity()) {
     result.found = false;  // nothing beat the earlier search
     return result;

@@ -54,6 +54,13 @@ TEST(ScheduleSearchTest, PicksTheShortestSchedule) {
   EXPECT_FALSE(r.sim.timeline.empty());
   EXPECT_TRUE(r.rejected.empty());
   EXPECT_GE(r.simulations, 3);
+  // zb1p searched first (SearchOptions::search_first): the same result, and its makespan
+  // is below the others' lower bounds, so each is pruned, not built.
+  const SearchResult first = search_schedule(candidates_for({"gpipe", "1f1b", "zb1p"}, p),
+                                             {.search_first = {ScheduleKind::Zb1p}});
+  EXPECT_EQ(first.candidate, 2);
+  EXPECT_EQ(first.sim.makespan_ms, r.sim.makespan_ms);
+  EXPECT_EQ(first.pruned, 2);
 }
 
 TEST(ScheduleSearchTest, PrunesASchedulesFillAndDrain) {
@@ -75,6 +82,54 @@ TEST(ScheduleSearchTest, TiesKeepTheEarlierCandidate) {
   const PipelineProblem p = uniform_problem(8, 4, 1.0, 2.0);
   const SearchResult r = search_schedule(candidates_for({"gpipe", "1f1b"}, p));
   EXPECT_EQ(r.schedule, ScheduleKind::GPipe);  // same makespan; gpipe was listed first
+}
+
+// Whichever kind is searched first (SearchOptions::search_first), the result is the listed
+// order's: the fastest candidate, the first listed among equals. Every kind twice, on two
+// problems that differ only in a memory limit neither reaches (not "the same" problem, so
+// both are searched and tie), against each candidate searched alone.
+TEST(ScheduleSearchTest, TheWinnerIsTheListedOrdersWhicheverIsSearchedFirst) {
+  Rng rng(5);
+  int later_wins = 0, tied = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int devices = static_cast<int>(rng.uniform_int(2, 5));
+    const int m = static_cast<int>(rng.uniform_int(2, 16));
+    PipelineProblem a = testing::random_problem(rng, m, devices, 1);
+    a.memory_limit_bytes = std::int64_t{1} << 50;
+    PipelineProblem b = a;
+    b.memory_limit_bytes += 1;
+    std::vector<SearchCandidate> candidates;
+    for (const PipelineProblem* problem : {&a, &b}) {
+      for (ScheduleKind kind : schedule_kinds()) {
+        if (make_schedule(kind)->needs_virtual_stages()) continue;
+        candidates.push_back({kind, Recompute::None, testing::shared(*problem), {}});
+      }
+    }
+    int expected = -1;
+    double expected_ms = 0;
+    for (int ci = 0; ci < static_cast<int>(candidates.size()); ++ci) {
+      const SearchResult alone = search_schedule(std::span(candidates).subspan(static_cast<std::size_t>(ci), 1));
+      if (expected < 0 || alone.sim.makespan_ms < expected_ms) {
+        expected = ci;
+        expected_ms = alone.sim.makespan_ms;
+      } else if (alone.sim.makespan_ms == expected_ms) {
+        ++tied;
+      }
+    }
+    auto any_kind = [&] {
+      return candidates[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(candidates.size()) - 1))]
+          .schedule;
+    };
+    const ScheduleKind first = any_kind();
+    const SearchResult r = search_schedule(candidates, {.search_first = {first, any_kind()}});
+    EXPECT_EQ(r.candidate, expected) << "trial " << trial << ", " << schedule_kind_name(first) << " first";
+    EXPECT_EQ(r.sim.makespan_ms, expected_ms) << "trial " << trial;
+    const ScheduleKind won = candidates[static_cast<std::size_t>(expected)].schedule;
+    if (won != first) ++later_wins;
+  }
+  // Cases where the order matters: a kind searched later wins or ties the one searched first.
+  EXPECT_GT(later_wins, 0);
+  EXPECT_GT(tied, 0);
 }
 
 TEST(ScheduleSearchTest, SkipsASchedulesRepeatOnTheSameProblem) {

@@ -55,6 +55,10 @@ struct SearchOptions {
   // Upper bound on orders tried per candidate (the identity is always tried), >= 1.
   // Default: 8.
   int max_orders = 8;
+  // A hint: these schedules' candidates are searched first, in this order (e.g. the kind
+  // that won the last search: a good makespan found early stops the other builds and
+  // simulations sooner). The result is the listed order's whatever is searched first.
+  std::vector<ScheduleKind> search_first = {};
   // Record the winner's timeline and transfers in SearchResult::sim (one more simulation
   // and a sort). Off: when the winner ran in the given order, sim is that run unrecorded
   // (the same makespan, peaks and busy times, empty timeline), as a planner ranking many
