@@ -259,7 +259,19 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
                 cat("make_microbatches: the cost model's stage count must equal num_stages ",
                     options.num_stages, ", got ", cost_model.num_stages()));
   }
-  check_samples(batch, options);
+  BatchingCache local;
+  detail::VarlenMemoStore& memos = cache != nullptr ? cache->store() : local.store();
+  if (memos.batch != &batch || memos.cost_model != &cost_model) {
+    memos = detail::VarlenMemoStore{};
+    memos.batch = &batch;
+    memos.cost_model = &cost_model;
+  }
+  // Once per store and length limits (a plan's DPs and baselines share one).
+  const detail::VarlenMemoStore::SampleLimits limits{options.kind, options.max_seqlen, options.max_target_len};
+  if (memos.samples_checked != limits) {
+    check_samples(batch, options);
+    memos.samples_checked = limits;
+  }
   BatchingResult result;
   result.replicas.resize(static_cast<std::size_t>(options.dp));
   if (batch.samples.empty()) return result;
@@ -283,13 +295,6 @@ BatchingResult make_microbatches(const GlobalBatch& batch, const CostModel& cost
                      !options.recompute && !options.varlen_padded_cut;
   if (mixed) {
     for (std::size_t m = 1; m < costs.size(); ++m) costs[m]->mix_with(costs[m - 1].get());
-  }
-  BatchingCache local;
-  detail::VarlenMemoStore& memos = cache != nullptr ? cache->store() : local.store();
-  if (memos.batch != &batch || memos.cost_model != &cost_model) {
-    memos = detail::VarlenMemoStore{};
-    memos.batch = &batch;
-    memos.cost_model = &cost_model;
   }
   // Every sample fits alone (full recompute, one in flight: no rule or weight involved).
   if (memos.alone_checked != std::pair{options.memory_limit_bytes, options.strategy}) {

@@ -142,6 +142,13 @@ struct VarlenMemoStore {
   std::array<Bound, 3> bounds{};
   // The (memory limit, strategy) whose "every sample fits alone" check passed.
   std::pair<std::int64_t, Strategy> alone_checked{-1, Strategy::DynaPipe};
+  // The length limits under which the samples passed check_samples() (batching.cpp).
+  struct SampleLimits {
+    ModelKind kind = ModelKind::Gpt;
+    std::int64_t max_seqlen = -1, max_target_len = -1;
+    friend bool operator==(const SampleLimits&, const SampleLimits&) = default;
+  };
+  SampleLimits samples_checked;
 
   VarlenRows& rows_for(std::span<const std::size_t> sequence, Recompute recompute) {
     for (const auto& e : entries) {
@@ -244,6 +251,7 @@ struct VarlenMemoStore {
       }
     }
     if (alone_checked.first < 0) alone_checked = other.alone_checked;
+    if (samples_checked.max_seqlen < 0) samples_checked = other.samples_checked;
   }
 };
 

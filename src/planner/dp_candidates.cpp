@@ -114,14 +114,16 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
     }
     return best_ms;
   };
-  auto rank_baseline_cuts = [&](std::vector<Choice>& into) {
+  // `baseline_cache`: the baselines' sorted orders, packed rows and costed shapes, shared
+  // by their cuts and walks (and with the DPs on one thread).
+  auto rank_baseline_cuts = [&](std::vector<Choice>& into, BatchingCache& baseline_cache) {
     for (const auto& [baseline, by_objective] :
          {std::pair{Strategy::PackingVarlen, true}, std::pair{Strategy::PackingVarlen, false},
           std::pair{Strategy::TokenBased, true}}) {
       BatchingOptions theirs = as_baseline(m.batching, baseline);
       theirs.size_by_objective = by_objective;
       const std::optional<BatchingResult> cut =
-          unless_ruled_out([&] { return make_microbatches(batch, *m.cost, theirs); });
+          unless_ruled_out([&] { return make_microbatches(batch, *m.cost, theirs, &baseline_cache); });
       if (!cut) continue;
       const std::optional<double> ms = rank_cut(baseline, *cut, into);
       if (!by_objective || !ms) continue;
@@ -151,7 +153,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
       m.walk_sizes(batch, theirs, cut->size, *ms,
                    [&](const BatchingOptions&, const BatchingResult& sized, double) -> std::optional<double> {
                      return rank_cut(baseline, sized, into);
-                   }, patience);
+                   }, patience, &baseline_cache);
     }
   };
   BatchingCache cache;  // segment costs shared by every DP below
@@ -509,7 +511,8 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
   // baselines' cuts beside them.
   m.first_dp_pass(batch, plans, threads, cache,
                   baseline_task ? std::function<void()>([&] {
-                    rank_baseline_cuts(baseline_ranked);
+                    BatchingCache baseline_cache;  // this task's own: the DPs run beside it
+                    rank_baseline_cuts(baseline_ranked, baseline_cache);
                     if (!ahead_helped) return;
                     steps.wait(Steps::Running);
                     ahead->serve_queued([&] { return steps == Steps::Queued; });
@@ -532,7 +535,7 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
     if (baseline_task) {
       for (Choice& c : baseline_ranked) ranked.push_back(std::move(c));
     } else {
-      rank_baseline_cuts(ranked);
+      rank_baseline_cuts(ranked, cache);
     }
     if (m.cost->varlen_costs_extra()) {
       // Where varlen rows cost more than the same rows dense (a profile's fixed varlen

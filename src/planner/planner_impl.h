@@ -300,7 +300,7 @@ struct Planner::Impl {
                                   std::vector<std::vector<std::vector<int>>>* dealt_before) const;
   template <typename Score>
   void walk_sizes(const GlobalBatch& batch, const BatchingOptions& options, std::int64_t from,
-                  double from_ms, Score&& score, int patience = 0) const;
+                  double from_ms, Score&& score, int patience = 0, BatchingCache* cache = nullptr) const;
 };
 
 // A baseline's micro-batch sizes next to the objective's `from` (rows, or token-based's
@@ -314,10 +314,12 @@ struct Planner::Impl {
 // simulated time has one minimum over the size at every point measured (docs/batching.md,
 // "The baselines' micro-batch size"). With `patience` > 0 a direction goes on past that
 // many sizes in a row that did not improve on the best before them (each scored against
-// that best), for scores noisier than a full search (quick estimates).
+// that best), for scores noisier than a full search (quick estimates). `cache` (optional)
+// is make_microbatches()'s.
 template <typename Score>
 void Planner::Impl::walk_sizes(const GlobalBatch& batch, const BatchingOptions& options,
-                               std::int64_t from, double from_ms, Score&& score, int patience) const {
+                               std::int64_t from, double from_ms, Score&& score, int patience,
+                               BatchingCache* cache) const {
   for (const int direction : {1, -1}) {
     double previous_ms = from_ms;
     bool improved = false;
@@ -326,7 +328,7 @@ void Planner::Impl::walk_sizes(const GlobalBatch& batch, const BatchingOptions& 
          size = planner_detail::next_size(options.strategy, *size, direction)) {
       const BatchingOptions sized = planner_detail::with_size(options, *size);
       const std::optional<BatchingResult> cut =
-          planner_detail::unless_ruled_out([&] { return make_microbatches(batch, *cost, sized); });
+          planner_detail::unless_ruled_out([&] { return make_microbatches(batch, *cost, sized, cache); });
       if (!cut || cut->one_in_flight) break;  // past the sizes the pipelined rule fits
       const std::optional<double> ms = score(sized, *cut, previous_ms);
       if (!ms) break;

@@ -499,6 +499,19 @@ TEST(BatchingTest, RejectsBadInput) {
                ErrorKind::InvalidArgument, "sample ids must be unique, got 0 twice");
 }
 
+// A cache remembers that the samples passed their checks only under the limits it checked:
+// the same batch under a smaller max_seqlen is checked, and refused, again.
+TEST(BatchingTest, ACacheChecksTheSamplesAgainUnderOtherLimits) {
+  const FakeCostModel model({.num_stages = 2});
+  const GlobalBatch batch = gpt_batch({10, 20});
+  BatchingCache cache;
+  EXPECT_NO_THROW(make_microbatches(batch, model, {.num_stages = 2, .max_seqlen = 32}, &cache));
+  EXPECT_NO_THROW(make_microbatches(batch, model,
+                                    {.strategy = Strategy::TokenBased, .num_stages = 2, .max_seqlen = 32}, &cache));
+  expect_error([&] { make_microbatches(batch, model, {.num_stages = 2, .max_seqlen = 16}, &cache); },
+               ErrorKind::InvalidArgument, "sample 1: input_len + target_len must be <= max_seqlen 16");
+}
+
 TEST(BatchingTest, EveryReplicaGetsWorkOrTheBatchIsRefused) {
   // One stage, plenty of memory: one micro-batch would hold all three samples, but two
   // replicas each need one.

@@ -364,6 +364,21 @@ TEST(SimulatorTest, LowerBoundsAndBubbles) {
   EXPECT_EQ(bubble_fractions(SimResult{}), std::vector<double>{});
 }
 
+TEST(SimulatorTest, BothLowerBoundsInOnePass) {
+  // As LowerBoundsAndBubbles: fill + work, and + drain where backwards run whole.
+  const MakespanLowerBounds pipeline = makespan_lower_bounds_ms(uniform_problem(8, 4, 1.0, 2.0));
+  EXPECT_DOUBLE_EQ(pipeline.split_ms, 3 + 8 * 3.0);
+  EXPECT_DOUBLE_EQ(pipeline.whole_ms, 3 + 8 * 3.0 + 6);
+  // Interleaved (two chunks per device): no fill or drain term, so both are a device's
+  // work, 4 micro-batches x 2 chunks x (1 + 2).
+  const MakespanLowerBounds interleaved = makespan_lower_bounds_ms(uniform_problem(4, 2, 1.0, 2.0, 2));
+  EXPECT_DOUBLE_EQ(interleaved.split_ms, 24.0);
+  EXPECT_DOUBLE_EQ(interleaved.whole_ms, 24.0);
+  const MakespanLowerBounds none = makespan_lower_bounds_ms(uniform_problem(0, 3, 1.0, 1.0));
+  EXPECT_EQ(none.split_ms, 0.0);
+  EXPECT_EQ(none.whole_ms, 0.0);
+}
+
 TEST(SimulatorTest, EmptyProblemTakesNoTime) {
   const PipelineProblem p = uniform_problem(0, 3, 1.0, 1.0);
   for (const std::string& name : schedule_names()) {

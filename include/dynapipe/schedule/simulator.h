@@ -163,6 +163,14 @@ double ideal_makespan_ms(const PipelineProblem& problem);
 // (the fastest such chain). Still a true lower bound, for the order and schedule searched.
 double makespan_lower_bound_ms(const PipelineProblem& problem, bool whole_backward = false);
 
+// makespan_lower_bound_ms() both ways in one pass over the costs (a search asks it of
+// every candidate, and the candidates of one problem differ only in whole_backward).
+struct MakespanLowerBounds {
+  double split_ms = 0;  // whole_backward false
+  double whole_ms = 0;  // whole_backward true
+};
+MakespanLowerBounds makespan_lower_bounds_ms(const PipelineProblem& problem);
+
 // [device] 1 - busy / makespan (0 when the makespan is 0).
 std::vector<double> bubble_fractions(const SimResult& result);
 
