@@ -114,8 +114,8 @@ std::vector<Choice> Planner::Impl::rank_dp_plans(const GlobalBatch& batch, int t
     }
     return best_ms;
   };
-  // `baseline_cache`: the baselines' sorted orders, packed rows and costed shapes, shared
-  // by their cuts and walks (and with the DPs on one thread).
+  // `baseline_cache`: the baselines' sorted order, packed rows and sample checks, shared by
+  // their cuts and walks (and with the DPs on one thread).
   auto rank_baseline_cuts = [&](std::vector<Choice>& into, BatchingCache& baseline_cache) {
     for (const auto& [baseline, by_objective] :
          {std::pair{Strategy::PackingVarlen, true}, std::pair{Strategy::PackingVarlen, false},
