@@ -247,15 +247,8 @@ std::optional<Candidate> run_token_based(const StrategyInput& input, ShapeCosts&
     bool fits = true;
     for (std::size_t k = 0; k < ranges.size() && fits; ++k) {
       const auto [lo, hi] = ranges[k];
-      std::int64_t enc = 0, dec = 0;
-      for (std::size_t i = lo; i < hi; ++i) {
-        const ModelLengths lengths = model_lengths(input.samples[input.order[i]], options.kind);
-        enc = std::max(enc, lengths.enc);
-        dec = std::max(dec, lengths.dec);
-      }
-      const ShapeCost& cost = costs.get({.batch = static_cast<std::int64_t>(hi - lo),
-                                         .seqlen = round_up(enc, options.seqlen_multiple),
-                                         .dec_seqlen = round_up(dec, options.seqlen_multiple)});
+      const ShapeCost& cost = costs.get(
+          padded_shape(input.samples, input.order.subspan(lo, hi - lo), options.kind, options.seqlen_multiple));
       fits = cost.fits(rule_for(rule, hi - lo));
       times[k % dp].push_back(cost.time_ms);
     }

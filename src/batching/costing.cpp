@@ -162,20 +162,25 @@ void fill_members(std::span<const Sample> samples, std::span<const std::size_t> 
   }
 }
 
-MicroBatch make_padded_microbatch(std::span<const Sample> samples,
-                                  std::span<const std::size_t> members, ModelKind kind,
-                                  std::int64_t seqlen_multiple) {
-  MicroBatch microbatch;
-  fill_members(samples, members, &microbatch);
+MicroBatchShape padded_shape(std::span<const Sample> samples, std::span<const std::size_t> members,
+                             ModelKind kind, std::int64_t seqlen_multiple) {
   std::int64_t enc = 0, dec = 0;
   for (std::size_t k : members) {
     const ModelLengths lengths = model_lengths(samples[k], kind);
     enc = std::max(enc, lengths.enc);
     dec = std::max(dec, lengths.dec);
   }
-  microbatch.shape = {.batch = static_cast<std::int64_t>(members.size()),
-                      .seqlen = round_up(enc, seqlen_multiple),
-                      .dec_seqlen = round_up(dec, seqlen_multiple)};
+  return {.batch = static_cast<std::int64_t>(members.size()),
+          .seqlen = round_up(enc, seqlen_multiple),
+          .dec_seqlen = round_up(dec, seqlen_multiple)};
+}
+
+MicroBatch make_padded_microbatch(std::span<const Sample> samples,
+                                  std::span<const std::size_t> members, ModelKind kind,
+                                  std::int64_t seqlen_multiple) {
+  MicroBatch microbatch;
+  fill_members(samples, members, &microbatch);
+  microbatch.shape = padded_shape(samples, members, kind, seqlen_multiple);
   return microbatch;
 }
 

@@ -150,7 +150,12 @@ struct TokenTotals {
   }
 };
 
-// One micro-batch of whole samples, one per row, padded to the longest.
+// The shape of `members` one per row, padded to the longest: {count, round(max enc),
+// round(max dec)}.
+MicroBatchShape padded_shape(std::span<const Sample> samples, std::span<const std::size_t> members,
+                             ModelKind kind, std::int64_t seqlen_multiple);
+
+// One micro-batch of whole samples, one per row, padded to the longest (padded_shape()).
 MicroBatch make_padded_microbatch(std::span<const Sample> samples,
                                   std::span<const std::size_t> members, ModelKind kind,
                                   std::int64_t seqlen_multiple);

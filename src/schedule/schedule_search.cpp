@@ -168,7 +168,7 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
   };
   std::vector<std::pair<int, std::string>> rejected;  // by candidate, told in the listed order
   // Per problem the candidates share: validated once, its makespan bounds taken once.
-  std::vector<std::pair<const PipelineProblem*, MakespanLowerBounds>> validated;
+  std::vector<std::pair<const PipelineProblem*, MakespanLowerBounds>> seen_problems;
   // The peaks of orders that do not fit matter only while nothing fits and nothing bounds
   // the search: they name the smallest violation in the Infeasible error and make the
   // `rejected` lines. After that an order is given up as soon as it shows it cannot fit.
@@ -187,11 +187,11 @@ SearchResult search_schedule(std::span<const SearchCandidate> candidates,
       throw Error(ErrorKind::InvalidArgument,
                   cat("schedule search: candidate ", ci, " must have a problem, got none"));
     }
-    auto known = std::find_if(validated.begin(), validated.end(),
+    auto known = std::find_if(seen_problems.begin(), seen_problems.end(),
                               [&](const auto& v) { return v.first == candidate.problem.get(); });
-    if (known == validated.end()) {
+    if (known == seen_problems.end()) {
       candidate.problem->validate();
-      known = validated.insert(validated.end(),
+      known = seen_problems.insert(seen_problems.end(),
                                {candidate.problem.get(), makespan_lower_bounds_ms(*candidate.problem)});
     }
     const MakespanLowerBounds& bounds = known->second;
