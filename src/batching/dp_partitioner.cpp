@@ -10,6 +10,8 @@ namespace dynapipe {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Thresholds the caller's bound may rule out in a row before the chain runs a pass.
+constexpr int kMaxSkips = 16;
 
 // Per row, its window: where a descending chain's per-row counts start.
 std::vector<int> row_windows(const SegmentTable& table) {
@@ -105,7 +107,9 @@ class ThresholdDp {
   void start_descending() {
     if (!rows_monotone_) return;
     descending_ = true;
-    chain_run_ = false;  // f is the last run's, not the chain's: its first run is whole
+    // The chain goes on from the last run where that one kept every segment (no threshold:
+    // its counts are the rows' windows); else its first run is whole.
+    chain_run_ = threshold_ == kInf;
     threshold_ = kInf;
     within_ = row_windows(table_);
   }
@@ -171,7 +175,7 @@ class ThresholdSearch {
   ThresholdSearch(const SegmentTable& table, const PartitionOptions& options)
       : table_(table), rows_monotone_(rows_non_decreasing(table)), dp_(table, rows_monotone_),
         weight_(options.sum_weight), slope_(options.bubble_weight * (options.num_stages - 1)),
-        items_bound_segments_(options.items_bound_segments) {
+        items_bound_segments_(options.items_bound_segments), sum_bound_(options.sum_lower_bound_ms) {
     best_.objective_ms = options.incumbent_ms;
   }
 
@@ -283,20 +287,34 @@ class ThresholdSearch {
     // No threshold in [floor, t_up], or none that could improve.
     if (!(t_small > -kInf) || !(weight_ * f_all + slope_ * t_small < best_.objective_ms)) return;
     Range range{t_small, kInf, kInf, f_all};
-    const double f_small = run(t_small);
     Partition scratch;
-    if (f_small < kInf) {
-      dp_.reconstruct(&scratch);
-      offer(f_small, scratch.max_ms, scratch);
-      range.f_lo = f_small;
+    // A smallest threshold the bound rules out is left at f_lo = +inf: the chain stops
+    // above it all the same, as nothing at or below it can improve.
+    double below = kInf;
+    if (!bounded_out(t_small, &below)) {
+      const double f_small = run(t_small);
+      if (f_small < kInf) {
+        dp_.reconstruct(&scratch);
+        offer(f_small, scratch.max_ms, scratch);
+        range.f_lo = f_small;
+      }
     }
     // (Below t_small no threshold is left.)
     if (rows_monotone_) cursor_ = row_windows(table_);
     dp_.start_descending();
+    int skipped = 0;  // thresholds the bound ruled out since the last pass
     while (range.f_lo != range.f_hi) {  // f constant on the range: lo was the best
       const double t = largest_threshold(range, floor, t_up);
       // No threshold left in the range that could improve.
       if (!(t > range.lo) || !(weight_ * range.f_hi + slope_ * t < best_.objective_ms)) return;
+      // The bound's jumps can be small where it runs close to the incumbent: after a few,
+      // a pass, which raises f_hi, moves the chain on at least as fast.
+      if (skipped < kMaxSkips && bounded_out(t, &below)) {
+        range.hi = std::min(t, below);
+        ++skipped;
+        continue;
+      }
+      skipped = 0;
       const double f = run(t);
       if (f == kInf) return;  // so is every smaller threshold
       dp_.reconstruct(&scratch);
@@ -304,6 +322,23 @@ class ThresholdSearch {
       range.hi = scratch.max_ms;
       range.f_hi = f;
     }
+  }
+
+  // Whether the caller's lower bound of f rules threshold t out: w·bound(t) + (p−1)·t at or
+  // above the incumbent (by a relative 1e-9, as the bound and the table's sums round
+  // differently). Then *below is where a threshold must lie under to improve: every T < t
+  // has bound(T) >= bound(t).
+  bool bounded_out(double t, double* below) const {
+    if (!sum_bound_) return false;
+    const double open = best_.objective_ms * (1 + 1e-9);  // +inf: nothing is ruled out
+    const double bound = sum_bound_(t, (open - slope_ * t) / weight_);
+    if (bound == kInf) {  // no partition within t, nor within any smaller threshold
+      *below = -kInf;
+      return true;
+    }
+    if (!(weight_ * bound + slope_ * t >= open)) return false;
+    *below = (open - weight_ * bound) / slope_;
+    return true;
   }
 
   // The smallest segment time in [floor, t_up] (NaN if none).
@@ -393,6 +428,7 @@ class ThresholdSearch {
   double weight_;
   double slope_;
   bool items_bound_segments_;
+  const std::function<double(double, double)>& sum_bound_;  // options.sum_lower_bound_ms
   Partition best_;
   int passes_ = 0;
   std::vector<int> cursor_;  // largest_threshold()'s per-row scan positions

@@ -82,19 +82,7 @@ class ScannerBase {
     Scanner& self = static_cast<Scanner&>(*this);
     Partition out;
     for (int i = 0; i < self.size();) {
-      int count = 0;
-      double t = 0;
-      auto take = [&](int c, double time) {
-        count = c;
-        t = time;
-      };
-      if constexpr (requires { self.leading_times(i, 0); }) {
-        count = self.qualifying(i, std::numeric_limits<int>::max(), limit_ms);
-        if (count > 0) t = self.leading_times(i, count).back();
-      } else {
-        self.scan_row(i, std::numeric_limits<int>::max(), limit_ms, take);
-      }
-      if (count == 0) self.scan_row(i, 1, kInf, take);
+      const auto [count, t] = greedy_microbatch(i, limit_ms);
       out.starts.push_back(i);
       out.sum_ms += t;
       out.max_ms = std::max(out.max_ms, t);
@@ -105,6 +93,25 @@ class ScannerBase {
     return out;
   }
 
+  // greedy()'s micro-batch from item i: its item count and time.
+  std::pair<int, double> greedy_microbatch(int i, double limit_ms) {
+    Scanner& self = static_cast<Scanner&>(*this);
+    int count = 0;
+    double t = 0;
+    auto take = [&](int c, double time) {
+      count = c;
+      t = time;
+    };
+    if constexpr (requires { self.leading_times(i, 0); }) {
+      count = self.qualifying(i, std::numeric_limits<int>::max(), limit_ms);
+      if (count > 0) t = self.leading_times(i, count).back();
+    } else {
+      self.scan_row(i, std::numeric_limits<int>::max(), limit_ms, take);
+    }
+    if (count == 0) self.scan_row(i, 1, kInf, take);
+    return {count, t};
+  }
+
   // The fewest micro-batches of any partition whose every segment fits and takes at most
   // cap_ms: the greedy one's, each micro-batch as long as it can be (a part of a segment
   // that qualifies qualifies too, as time and memory grow with a segment, so at each cut
@@ -112,8 +119,11 @@ class ScannerBase {
   // micro-batches start at. 1 where time may fall as a segment grows (the argument fails).
   // REQUIRES: the scanner has monotone().
   int fewest_microbatches(double cap_ms) {
-    if (!static_cast<Scanner&>(*this).monotone()) return 1;
-    return static_cast<int>(greedy(cap_ms, 1, 0).starts.size());
+    Scanner& self = static_cast<Scanner&>(*this);
+    if (!self.monotone()) return 1;
+    int microbatches = 0;
+    for (int i = 0; i < self.size(); ++microbatches) i += greedy_microbatch(i, cap_ms).first;
+    return microbatches;
   }
 
   // An upper bound on the optimum, cheap next to the exact search: the best greedy
@@ -749,8 +759,21 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
   }
   // The search itself starts from the caller's incumbent, not the bound: among equally
   // good cuts it then picks the one it would pick without a known cut.
+  // The threshold search skips the thresholds the affine bound rules out (with the fewest
+  // micro-batches within each, as cap_by() takes it): the lower end of its chain, where
+  // small thresholds force many micro-batches (GPT-6.7B pp 4 short256: a third of the
+  // chain's passes).
+  PartitionOptions bounded = partition;
+  if constexpr (requires { scanner.capped_sum_bound(0.0, 1); }) {
+    if (slope > 0) {
+      bounded.sum_lower_bound_ms = [&scanner](double cap, double enough) {
+        const double quick = scanner.capped_sum_bound(cap);
+        return quick >= enough ? quick : scanner.capped_sum_bound(cap, scanner.fewest_microbatches(cap));
+      };
+    }
+  }
   Partition best = solve_partition(scanner.table(std::numeric_limits<int>::max(), cap_ms),
-                                   partition);
+                                   bounded);
   // The pruned table holds the probe's segments when costs are monotone; if they are
   // not, keep the better of the two.
   if (probe.found && (!best.found || probe.objective_ms < best.objective_ms)) {

@@ -236,6 +236,64 @@ TEST(DpPartitionerTest, LongTablesMatchEveryThresholdSwept) {
   }
 }
 
+// A caller's lower bound of f_T (PartitionOptions::sum_lower_bound_ms) lets the chain skip
+// thresholds: the same optimum as without it and as every threshold swept, with fewer DP
+// passes. The bounds: f_T itself (the tightest there is, so the most skips, and bounds that
+// sit on the incumbent exactly), f_T shaved by 2% (far from it, as the cost model's affine
+// bound can be) and 0 (no information: the same passes as without).
+TEST(DpPartitionerTest, ALowerBoundOfTheSumSkipsThresholdsAndKeepsTheOptimum) {
+  int fewer = 0, runs = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    Rng rng(seed);
+    const int n = static_cast<int>(rng.uniform_int(12, 80));
+    const int max_window = static_cast<int>(rng.uniform_int(4, 30));
+    std::vector<double> item_tokens(static_cast<std::size_t>(n));
+    for (double& t : item_tokens) t = static_cast<double>(rng.uniform_int(16, 512));
+    SegmentTable table(n);
+    std::vector<double> thresholds;
+    for (int i = 0; i < n; ++i) {
+      double tokens = 0;
+      for (int c = 1; c <= max_window && i + c <= n; ++c) {
+        tokens += item_tokens[static_cast<std::size_t>(i + c - 1)];
+        const double time = 0.8 + 0.002 * tokens;
+        table.push(i, time);
+        thresholds.push_back(time);
+      }
+    }
+    for (int p : {2, 4, 8}) {
+      for (double weight : {1.0, 0.5}) {
+        double expected = kInf;
+        for (double threshold : thresholds) {
+          const double f = min_sum_within(table, threshold);
+          if (f < kInf) expected = std::min(expected, weight * f + (p - 1) * threshold);
+        }
+        const PartitionOptions plain{.num_stages = p, .sum_weight = weight, .items_bound_segments = true};
+        const Partition without = solve_partition(table, plain);
+        for (const double shave : {1.0, 0.98, 0.0}) {
+          PartitionOptions bounded = plain;
+          bounded.sum_lower_bound_ms = [&](double t, double) { return shave * min_sum_within(table, t); };
+          const Partition got = solve_partition(table, bounded);
+          ASSERT_TRUE(got.found) << "seed " << seed << " p " << p;
+          ASSERT_NEAR(got.objective_ms, expected, 1e-9 * expected)
+              << "seed " << seed << " p " << p << " w " << weight << " shave " << shave;
+          ASSERT_NEAR(weight * got.sum_ms + (p - 1) * got.max_ms, got.objective_ms, 1e-9 * expected);
+          ASSERT_LE(got.dp_passes, without.dp_passes) << "seed " << seed << " shave " << shave;
+          if (shave == 0.0) {
+            EXPECT_EQ(got.starts, without.starts) << "seed " << seed;
+            EXPECT_EQ(got.dp_passes, without.dp_passes) << "seed " << seed;
+          }
+          if (shave == 1.0) {
+            fewer += got.dp_passes < without.dp_passes ? 1 : 0;
+            ++runs;
+          }
+        }
+      }
+    }
+  }
+  // The tightest bound leaves out a pass in most searches.
+  EXPECT_GT(fewer, runs / 2) << fewer << " of " << runs;
+}
+
 TEST(DpPartitionerTest, ThinnedSearchEqualsEvaluatingEveryKeptThreshold) {
   for (std::uint64_t seed = 1; seed <= 100; ++seed) {
     Rng rng(seed);

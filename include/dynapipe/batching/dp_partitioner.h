@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <vector>
@@ -78,6 +79,14 @@ struct PartitionOptions {
   // do): no threshold below the slowest item is feasible, and the search skips the DP
   // pass that would prove it (step 2 below).
   bool items_bound_segments = false;
+  // Optional: bound(T, enough), a lower bound of f_T (min Σ t over the table's partitions
+  // whose every segment takes at most T; +inf where there is none), non-increasing in T.
+  // It may return any bound >= `enough` as soon as it has one (a cheap bound first). The
+  // exact search then runs no DP at a threshold T where w·bound(T) + (p−1)·T cannot beat
+  // the incumbent, and looks next below (incumbent − w·bound(T))/(p−1), since no smaller
+  // threshold has a smaller bound (step 3 below). The batching's varlen DPs pass the cost
+  // model's affine bound.
+  std::function<double(double, double)> sum_lower_bound_ms = nullptr;
 };
 
 struct Partition {
@@ -109,8 +118,10 @@ struct Partition {
 //      constant on [T', T]; each pass either improves the incumbent or raises f_hi.
 //      Nothing above T can improve later (the test failed there with a larger incumbent
 //      and a smaller f_hi), so the thresholds that pass only shrink along the chain and
-//      each row's scan resumes where the last stopped. (Thinned mode bisects its sorted
-//      candidate list instead.)
+//      each row's scan resumes where the last stopped. With a caller's lower bound of f
+//      (sum_lower_bound_ms), a threshold whose bound cannot improve takes no DP, and the
+//      chain goes on below the largest threshold that the bound leaves open. (Thinned
+//      mode bisects its sorted candidate list instead.)
 // Invariants: f_T is non-increasing in T; every candidate T is some segment time; the
 //   incumbent is always the objective of an actual partition.
 // Complexity: one DP pass is O(Σ_i min(window(i), #segments from i with t <= T)) when
