@@ -70,7 +70,7 @@ void ShapeCosts::evaluate_stages_many(std::span<const MicroBatchShape> shapes,
   cost_model_.bottleneck_ms_and_bytes_many(shapes, densities, modes, stage_scratch_, times, bytes);
   for (std::size_t j = 0; j < shapes.size(); ++j) {
     for (std::size_t k = 0; k < modes.size(); ++k) {
-      DYNAPIPE_CHECK(!std::isnan(times[modes.size() * j + k]),
+      DYNAPIPE_CHECK(!std::isnan(times[shapes.size() * k + j]),
                      cat("cost model returned NaN time for shape ", shapes[j].batch, "x",
                          shapes[j].seqlen, "+", shapes[j].dec_seqlen));
     }

@@ -73,8 +73,8 @@ class ShapeCosts {
                          std::span<std::int64_t> bytes) const;
   // evaluate_stages() for several shapes, each under each of `modes` (this object's own
   // mode need not be among them), in one cost-model call
-  // (CostModel::bottleneck_ms_and_bytes_many()): shape j's results for modes[k] are
-  // times[K·j + k] and bytes[2p·(K·j + k), 2p·(K·j + k + 1)).
+  // (CostModel::bottleneck_ms_and_bytes_many()), by mode: shape j's results for modes[k]
+  // are times[J·k + j] and bytes[2p·(J·k + j), 2p·(J·k + j + 1)) (J shapes).
   void evaluate_stages_many(std::span<const MicroBatchShape> shapes,
                             std::span<const AttentionDensity> densities,
                             std::span<const Recompute> modes, std::span<double> times,

@@ -509,10 +509,11 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     many_bytes_.resize(ahead * modes * stride_);
     costs_.evaluate_stages_many(shapes_, densities_, std::span<const Recompute>(modes_).first(modes),
                                 times_, many_bytes_);
+    // By mode: this row's, then the partner's.
     const std::span<const double> times(times_);
     const std::span<const std::int64_t> bytes(many_bytes_);
-    row->append(ahead, modes, times, bytes, stride_);
-    if (joint) partner->append(ahead, modes, times.subspan(1), bytes.subspan(stride_), stride_);
+    row->append(times.first(ahead), bytes.first(ahead * stride_));
+    if (joint) partner->append(times.subspan(ahead), bytes.subspan(ahead * stride_));
   }
 
   ShapeCosts& costs_;

@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <memory_resource>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -23,14 +26,58 @@
 
 namespace dynapipe::detail {
 
+// A growable array of trivially copyable T in a monotonic arena, which frees all of it at
+// once: appends copy whole ranges (a std::pmr::vector constructs each element through its
+// allocator, which made the rows' appends ~4% of a GPT-6.7B pp 4 short256 plan). A block
+// it outgrows stays in the arena until the plan ends, as a pmr vector's did.
+template <typename T>
+class ArenaArray {
+  static_assert(std::is_trivially_copyable_v<T>);
+
+ public:
+  explicit ArenaArray(std::pmr::monotonic_buffer_resource* arena) : arena_(arena) {}
+  ArenaArray(ArenaArray&& other) noexcept
+      : arena_(other.arena_), data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)), capacity_(std::exchange(other.capacity_, 0)) {}
+  ArenaArray(const ArenaArray&) = delete;
+  ArenaArray& operator=(const ArenaArray&) = delete;
+  ArenaArray& operator=(ArenaArray&&) = delete;
+
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const T* data() const { return data_; }
+  const T* begin() const { return data_; }
+  const T* end() const { return data_ + size_; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
+  const T& back() const { return data_[size_ - 1]; }
+
+  void reserve(std::size_t capacity) {
+    if (capacity <= capacity_) return;
+    T* grown = static_cast<T*>(arena_->allocate(capacity * sizeof(T), alignof(T)));
+    if (size_ > 0) std::memcpy(grown, data_, size_ * sizeof(T));
+    data_ = grown;
+    capacity_ = capacity;
+  }
+  void append(std::span<const T> values) {
+    if (size_ + values.size() > capacity_) reserve(std::max(2 * capacity_, size_ + values.size()));
+    if (!values.empty()) std::memcpy(data_ + size_, values.data(), values.size() * sizeof(T));
+    size_ += values.size();
+  }
+
+ private:
+  std::pmr::monotonic_buffer_resource* arena_;
+  T* data_ = nullptr;
+  std::size_t size_ = 0, capacity_ = 0;
+};
+
 // Rows of one ordered sequence under one recompute mode. Row i holds the segments
 // [i, i + 1), [i, i + 2), ... as far as some scan needed them.
 struct VarlenRows {
   struct Row {
-    explicit Row(std::pmr::memory_resource* arena) : time_ms(arena), bytes(arena) {}
-    std::pmr::vector<double> time_ms;      // per segment: max over stages of fwd + bwd
-    std::pmr::vector<std::int64_t> bytes;  // per segment: held[0..p), then peak[0..p)
-    std::int64_t enc = 0, dec = 0;         // running sums of the last segment costed
+    explicit Row(std::pmr::monotonic_buffer_resource* arena) : time_ms(arena), bytes(arena) {}
+    ArenaArray<double> time_ms;      // per segment: max over stages of fwd + bwd
+    ArenaArray<std::int64_t> bytes;  // per segment: held[0..p), then peak[0..p)
+    std::int64_t enc = 0, dec = 0;   // running sums of the last segment costed
     double enc_squares = 0, dec_squares = 0;
     // time_ms is non-decreasing so far: a scan's stop by time is a binary search.
     bool sorted = true;
@@ -47,21 +94,16 @@ struct VarlenRows {
       enc_squares += static_cast<double>(enc_len) * static_cast<double>(enc_len);
       dec_squares += static_cast<double>(dec_len) * static_cast<double>(dec_len);
     }
-    // Appends the costs of the next `count` segments (the sums, grown that far, describe
-    // the last): segment a's time at times[a * step] and its `stride` bytes from
-    // segment_bytes[a * step * stride]. One resize per call: appended one at a time, the
-    // range inserts were ~4% of a GPT-6.7B pp 4 short256 plan.
-    void append(std::size_t count, std::size_t step, std::span<const double> times,
-                std::span<const std::int64_t> segment_bytes, std::size_t stride) {
-      const std::size_t old = time_ms.size();
-      time_ms.resize(old + count);
-      bytes.resize((old + count) * stride);
-      for (std::size_t a = 0; a < count; ++a) {
-        const double t = times[a * step];
-        if (old + a > 0 && !(time_ms[old + a - 1] <= t)) sorted = false;
-        time_ms[old + a] = t;
-        std::copy_n(segment_bytes.data() + a * step * stride, stride, bytes.data() + (old + a) * stride);
+    // Appends the costs of the next segments (the sums, grown that far, describe the
+    // last): their times and, for each, its `bytes.size() / times.size()` bytes.
+    void append(std::span<const double> times, std::span<const std::int64_t> segment_bytes) {
+      double last = time_ms.empty() ? -std::numeric_limits<double>::infinity() : time_ms.back();
+      for (const double t : times) {
+        if (!(last <= t)) sorted = false;
+        last = t;
       }
+      time_ms.append(times);
+      bytes.append(segment_bytes);
     }
   };
   std::vector<std::size_t> sequence;    // the samples, in order (identifies the rows)
@@ -101,11 +143,11 @@ struct VarlenMemoStore {
   const void* batch = nullptr;        // identity checks: a store serves one batch and
   const void* cost_model = nullptr;   // one cost model
   // The rows' storage, freed all at once with the store's rows: they are thousands of
-  // vectors that grow by doubling (~2,700 rows of up to ~100 segments for ~540 samples)
+  // arrays that grow by doubling (~2,700 rows of up to ~100 segments for ~540 samples)
   // and are all dropped together at the end of a plan. From the process allocator they
   // cost ~1,100 instructions per allocation and ~500 per free: ~7% of a GPT-6.7B pp 4
   // short256 plan and ~6% of a T5-11B pp 8 one; from an arena, a pointer bump. The
-  // space a vector gives up as it grows stays in the arena until the plan ends (at most
+  // space an array gives up as it grows stays in the arena until the plan ends (at most
   // about as much again as the rows hold).
   std::shared_ptr<std::pmr::monotonic_buffer_resource> arena;
   std::vector<std::unique_ptr<VarlenRows>> entries;

@@ -359,17 +359,19 @@ class AnalyticCostModel final : public CostModel {
       CostModel::bottleneck_ms_and_bytes_many(shapes, densities, modes, scratch, times, bytes);
       return;
     }
+    // By mode: micro-batch j's results for mode m at n·m + j (its bytes 2p times that).
+    const std::size_t n = shapes.size();
     std::size_t j = 0;
-    for (; j + kLanes <= shapes.size(); j += kLanes) {
+    for (; j + kLanes <= n; j += kLanes) {
       const bool tokens = std::all_of(shapes.begin() + j, shapes.begin() + j + kLanes, [&](const MicroBatchShape& s) {
         return s.batch > 0 && s.seqlen > 0 && (model_.kind != ModelKind::T5 || s.dec_seqlen > 0);
       });
       if (!tokens) break;
-      resolved_lanes(shapes.subspan(j, kLanes), densities.subspan(j, kLanes), modes,
-                     times.subspan(k * j, k * kLanes), bytes.subspan(2 * p * k * j, 2 * p * k * kLanes));
+      resolved_lanes(shapes.subspan(j, kLanes), densities.subspan(j, kLanes), modes, times.subspan(j),
+                     bytes.subspan(2 * p * j), n);
     }
-    for (; j < shapes.size(); ++j) {
-      resolved_modes(shapes[j], densities[j], modes, times.subspan(k * j, k), bytes.subspan(2 * p * k * j, 2 * p * k));
+    for (; j < n; ++j) {
+      resolved_modes(shapes[j], densities[j], modes, times.subspan(j), bytes.subspan(2 * p * j), n);
     }
   }
   int costing_lanes() const override { return options_.tp > 1 ? 1 : static_cast<int>(kLanes); }
@@ -517,9 +519,10 @@ class AnalyticCostModel final : public CostModel {
 
   // bottleneck_ms_and_bytes_modes() for tp = 1: the segment scans' costing, built for AVX2
   // too (core/cpu_dispatch.h; the same values bit for bit), as are the layer terms.
+  // Mode k's results at times[stride·k] and bytes[2p·stride·k, +2p).
   DYNAPIPE_ALSO_AVX2 void resolved_modes(
       const MicroBatchShape& shape, const AttentionDensity& density, std::span<const Recompute> modes,
-      std::span<double> times, std::span<std::int64_t> bytes) const {
+      std::span<double> times, std::span<std::int64_t> bytes, std::size_t stride = 1) const {
     const std::size_t p = stages_.size();
     // Every layer kind a stage has, resolved up front: the mode-free ones once, the
     // transformer layers per mode. The same values the lazy LayerCosts gives, summed the
@@ -535,17 +538,19 @@ class AnalyticCostModel final : public CostModel {
     for (std::size_t k = 0; k < modes.size(); ++k) {
       resolved.encoder_cost = encoder.in(modes[k]);
       resolved.decoder_cost = decoder.in(modes[k]);
-      times[k] = bottleneck_of(resolved, bytes.subspan(2 * p * k, 2 * p));
+      times[stride * k] = bottleneck_of(resolved, bytes.subspan(2 * p * stride * k, 2 * p));
     }
   }
 
   // resolved_modes() for kLanes micro-batches at once, one per vector lane: the same
   // values as kLanes calls (the same formulas in the same order; no FMA in either build,
-  // core/cpu_dispatch.h). REQUIRES: tokens in every micro-batch (and decoder tokens, T5).
+  // core/cpu_dispatch.h), lane j's results for mode m at times[stride·m + j] and
+  // bytes[2p·(stride·m + j), +2p). REQUIRES: tokens in every micro-batch (and decoder
+  // tokens, T5).
   DYNAPIPE_ALSO_AVX2 void resolved_lanes(std::span<const MicroBatchShape> shapes,
                                          std::span<const AttentionDensity> densities,
                                          std::span<const Recompute> modes, std::span<double> times,
-                                         std::span<std::int64_t> bytes) const {
+                                         std::span<std::int64_t> bytes, std::size_t stride) const {
     const std::size_t p = stages_.size(), k = modes.size();
     const bool t5 = model_.kind == ModelKind::T5;
     Lanes b, se, sd, enc_density, dec_density, cross_density;
@@ -578,19 +583,19 @@ class AnalyticCostModel final : public CostModel {
         time_ms = time_ms < stage_ms ? stage_ms : time_ms;
         const Lanes sent = output_bytes_of<Lanes>(stages_[s], b, se, sd);
         for (std::size_t j = 0; j < kLanes; ++j) {
-          std::int64_t* out = bytes.data() + 2 * p * (k * j + m);
+          std::int64_t* out = bytes.data() + 2 * p * (stride * m + j);
           out[s] = static_cast<std::int64_t>(std::ceil(total.stored_bytes[j])) +
                    static_cast<std::int64_t>(sent[j]);
           out[p + s] = static_cast<std::int64_t>(std::ceil(total.peak_bytes[j]));
         }
       }
       for (std::size_t j = 0; j < kLanes; ++j) {
-        std::int64_t* out = bytes.data() + 2 * p * (k * j + m);
+        std::int64_t* out = bytes.data() + 2 * p * (stride * m + j);
         for (const auto& [s, first] : repeats_) {
           out[s] = out[first];
           out[p + s] = out[p + first];
         }
-        times[k * j + m] = time_ms[j];
+        times[stride * m + j] = time_ms[j];
       }
     }
   }

@@ -91,9 +91,12 @@ void CostModel::bottleneck_ms_and_bytes_many(std::span<const MicroBatchShape> sh
                  cat("bottleneck_ms_and_bytes_many: ", shapes.size(), " shapes, ", densities.size(),
                      " densities, ", times.size(), " times and ", bytes.size(), " byte slots for ", k,
                      " modes of ", p, " stages"));
-  for (std::size_t j = 0; j < shapes.size(); ++j) {
-    bottleneck_ms_and_bytes_modes(shapes[j], densities[j], modes, scratch, times.subspan(k * j, k),
-                                  bytes.subspan(2 * p * k * j, 2 * p * k));
+  const std::size_t n = shapes.size();
+  for (std::size_t i = 0; i < k; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      times[n * i + j] = bottleneck_ms_and_bytes(shapes[j], densities[j], modes[i], scratch,
+                                                 bytes.subspan(2 * p * (n * i + j), 2 * p));
+    }
   }
 }
 

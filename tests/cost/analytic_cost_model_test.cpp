@@ -178,13 +178,13 @@ TEST(AnalyticCostModelTest, BottleneckForManyMicroBatchesEqualsOneAtATimeExactly
           m->bottleneck_ms_and_bytes_many(shapes, densities, modes, scratch, times, bytes);
           for (std::size_t j = 0; j < count; ++j) {
             m->bottleneck_ms_and_bytes_modes(shapes[j], densities[j], modes, scratch, one_times, one_bytes);
-            for (std::size_t i = 0; i < k; ++i) {
-              ASSERT_EQ(times[k * j + i], one_times[i])
+            for (std::size_t i = 0; i < k; ++i) {  // by mode: mode i's results together
+              ASSERT_EQ(times[count * i + j], one_times[i])
                   << device << " " << c.model << " tp " << c.options.tp << " micro-batch " << j << " of " << count;
-            }
-            for (std::size_t i = 0; i < 2 * p * k; ++i) {
-              ASSERT_EQ(bytes[2 * p * k * j + i], one_bytes[i])
-                  << device << " " << c.model << " micro-batch " << j << " slot " << i;
+              for (std::size_t slot = 0; slot < 2 * p; ++slot) {
+                ASSERT_EQ(bytes[2 * p * (count * i + j) + slot], one_bytes[2 * p * i + slot])
+                    << device << " " << c.model << " micro-batch " << j << " mode " << i << " slot " << slot;
+              }
             }
           }
         }

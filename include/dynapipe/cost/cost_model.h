@@ -122,9 +122,10 @@ class CostModel {
                                              std::span<StageCost> scratch,
                                              std::span<double> times,
                                              std::span<std::int64_t> bytes) const;
-  // bottleneck_ms_and_bytes_modes() for several micro-batches: micro-batch j's results
-  // for modes[k] are times[K·j + k] and bytes[2p·(K·j + k), 2p·(K·j + k + 1)) (K modes),
-  // equal to one call per micro-batch, which the default makes. The analytic model costs
+  // bottleneck_ms_and_bytes_modes() for several micro-batches, by mode: micro-batch j's
+  // results for modes[k] are times[J·k + j] and bytes[2p·(J·k + j), 2p·(J·k + j + 1))
+  // (J micro-batches), equal to one call per micro-batch and mode, which the default makes.
+  // A mode's results lie together, as a varlen row keeps them. The analytic model costs
   // costing_lanes() micro-batches at a time in vector lanes.
   virtual void bottleneck_ms_and_bytes_many(std::span<const MicroBatchShape> shapes,
                                             std::span<const AttentionDensity> densities,
