@@ -29,7 +29,7 @@ class ThresholdDp {
       : table_(table), rows_monotone_(rows_monotone),
         f_(static_cast<std::size_t>(table.size()) + 1),
         reach_(static_cast<std::size_t>(table.size())),
-        first_start_(static_cast<std::size_t>(table.size()) + 1) {}
+        reach_max_(static_cast<std::size_t>(table.size())) {}
 
   // Returns f(n); +inf when no partition has every segment time <= threshold.
   // Built for AVX2 too, chosen at load time where the CPU has it: the update loop below is
@@ -122,15 +122,18 @@ class ThresholdDp {
     out->starts.clear();
     out->sum_ms = 0;
     out->max_ms = 0;
-    // first_start_[j]: the first i whose segments within the threshold reach j (it only
-    // grows with j), so each end scans only starts that could end there.
-    for (int j = 0, i = 0; j <= table_.size(); ++j) {
-      while (i < j && reach_[i] < j) ++i;
-      first_start_[j] = i;
+    // reach_max_[i]: how far rows 0..i reach within the threshold. The first i it puts at
+    // or past j is the first row that reaches j, so each end scans only starts that could
+    // end there (found for the ends the walk visits, a few tens, not every j).
+    for (int i = 0, reach = 0; i < table_.size(); ++i) {
+      reach = std::max(reach, reach_[i]);
+      reach_max_[i] = reach;
     }
     for (int j = table_.size(); j > 0;) {
       int from = -1;
-      for (int i = first_start_[j]; i < j && from < 0; ++i) {
+      const int first = static_cast<int>(
+          std::lower_bound(reach_max_.begin(), reach_max_.begin() + j, j) - reach_max_.begin());
+      for (int i = first; i < j && from < 0; ++i) {
         const int count = j - i;
         if (f_[i] == kInf || count > table_.window(i)) continue;
         const double t = table_.time_ms(i, count);
@@ -157,7 +160,7 @@ class ThresholdDp {
   bool chain_run_ = false;        // the last run() was one of the descending chain's
   std::vector<int> within_;       // descending: per row, its segments within the last threshold
   std::vector<int> reach_;        // per row, in the last run(): i + its segments within it
-  std::vector<int> first_start_;  // reconstruct()'s scratch
+  std::vector<int> reach_max_;    // reconstruct()'s scratch
 };
 
 bool rows_non_decreasing(const SegmentTable& table) {
