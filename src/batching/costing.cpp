@@ -68,12 +68,12 @@ void ShapeCosts::evaluate_stages_many(std::span<const MicroBatchShape> shapes,
                                       std::span<std::int64_t> bytes) const {
   evaluations_ += static_cast<std::int64_t>(shapes.size());
   cost_model_.bottleneck_ms_and_bytes_many(shapes, densities, modes, stage_scratch_, times, bytes);
-  for (std::size_t j = 0; j < shapes.size(); ++j) {
-    for (std::size_t k = 0; k < modes.size(); ++k) {
-      DYNAPIPE_CHECK(!std::isnan(times[shapes.size() * k + j]),
-                     cat("cost model returned NaN time for shape ", shapes[j].batch, "x",
-                         shapes[j].seqlen, "+", shapes[j].dec_seqlen));
-    }
+  // One pass over the times (by mode, then shape); the shape is named only on failure.
+  for (std::size_t at = 0; at < times.size(); ++at) {
+    if (!std::isnan(times[at])) continue;
+    const MicroBatchShape& shape = shapes[at % shapes.size()];
+    DYNAPIPE_CHECK(!std::isnan(times[at]), cat("cost model returned NaN time for shape ", shape.batch,
+                                               "x", shape.seqlen, "+", shape.dec_seqlen));
   }
 }
 

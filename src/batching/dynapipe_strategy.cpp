@@ -758,12 +758,10 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
       if (!cap_by(bound)) return probe;
     }
   }
-  // The search itself starts from the caller's incumbent, not the bound: among equally
-  // good cuts it then picks the one it would pick without a known cut.
   // The threshold search skips the thresholds the affine bound rules out (with the fewest
-  // micro-batches within each, as cap_by() takes it): the lower end of its chain, where
-  // small thresholds force many micro-batches (GPT-6.7B pp 4 short256: a third of the
-  // chain's passes).
+  // micro-batches within each, as cap_by() takes it, where the cap alone does not): the
+  // lower end of its chain, where small thresholds force many micro-batches (GPT-6.7B pp 4
+  // short256: a third of the chain's passes).
   PartitionOptions bounded = partition;
   if constexpr (requires { scanner.capped_sum_bound(0.0, 1); }) {
     if (slope > 0) {
@@ -773,6 +771,8 @@ Partition solve_sequence(const StrategyInput& input, std::span<const std::size_t
       };
     }
   }
+  // The search itself starts from the caller's incumbent, not the bound: among equally
+  // good cuts it then picks the one it would pick without a known cut.
   Partition best = solve_partition(scanner.table(std::numeric_limits<int>::max(), cap_ms),
                                    bounded);
   // The pruned table holds the probe's segments when costs are monotone; if they are
