@@ -190,6 +190,44 @@ double min_sum_within(const SegmentTable& table, double threshold) {
   return f.back();
 }
 
+// A table of n items whose rows grow with the segment, as the varlen costs do: 0.8 ms plus
+// 0.002 ms per token of the items (16–512 each), plus up to `noise` ms per segment, kept
+// non-decreasing along a row; or, not monotone, arbitrary times. Every segment time, sorted
+// and distinct, is a threshold.
+struct SweptTable {
+  SegmentTable table;
+  std::vector<double> thresholds;
+};
+SweptTable swept_table(Rng& rng, int n, int max_window, bool monotone, double noise) {
+  std::vector<double> tokens(static_cast<std::size_t>(n));
+  for (double& t : tokens) t = static_cast<double>(rng.uniform_int(16, 512));
+  SweptTable out{SegmentTable(n), {}};
+  for (int i = 0; i < n; ++i) {
+    double time = 0, row_tokens = 0;
+    for (int c = 1; c <= max_window && i + c <= n; ++c) {
+      row_tokens += tokens[static_cast<std::size_t>(i + c - 1)];
+      const double next = monotone ? 0.8 + 0.002 * row_tokens + rng.uniform(0, noise)
+                                   : rng.uniform(0.5, 20.0);
+      time = monotone ? std::max(time, next) : next;
+      out.table.push(i, time);
+      out.thresholds.push_back(time);
+    }
+  }
+  std::sort(out.thresholds.begin(), out.thresholds.end());
+  out.thresholds.erase(std::unique(out.thresholds.begin(), out.thresholds.end()), out.thresholds.end());
+  return out;
+}
+
+// min over every threshold T of w·f_T + (p−1)·T: the optimum by its definition.
+double every_threshold_optimum(const SweptTable& swept, int num_stages, double weight) {
+  double best = kInf;
+  for (double threshold : swept.thresholds) {
+    const double f = min_sum_within(swept.table, threshold);
+    if (f < kInf) best = std::min(best, weight * f + (num_stages - 1) * threshold);
+  }
+  return best;
+}
+
 // Tables too long for brute force (50–100 items, windows up to 40), where the search's
 // descending chain takes tens of passes: its objective is the minimum over every segment
 // time T of w·f_T + (p−1)·T, each f_T from a plain DP, and it runs far fewer passes than
@@ -201,30 +239,12 @@ TEST(DpPartitionerTest, LongTablesMatchEveryThresholdSwept) {
     const int n = static_cast<int>(rng.uniform_int(50, 100));
     const bool monotone = seed % 4 != 0;
     const int max_window = static_cast<int>(rng.uniform_int(8, 40));
-    std::vector<double> tokens(static_cast<std::size_t>(n));
-    for (double& t : tokens) t = static_cast<double>(rng.uniform_int(16, 512));
-    SegmentTable table(n);
-    std::vector<double> thresholds;
-    for (int i = 0; i < n; ++i) {
-      double time = 0, row_tokens = 0;
-      for (int c = 1; c <= max_window && i + c <= n; ++c) {
-        row_tokens += tokens[static_cast<std::size_t>(i + c - 1)];
-        const double next = monotone ? 0.8 + 0.002 * row_tokens + rng.uniform(0, 1e-3)
-                                     : rng.uniform(0.5, 20.0);
-        time = monotone ? std::max(time, next) : next;
-        table.push(i, time);
-        thresholds.push_back(time);
-      }
-    }
-    std::sort(thresholds.begin(), thresholds.end());
-    thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
+    const SweptTable swept = swept_table(rng, n, max_window, monotone, 1e-3);
+    const SegmentTable& table = swept.table;
+    const std::vector<double>& thresholds = swept.thresholds;
     for (int p : {2, 4, 8}) {
       for (double weight : {1.0, 0.5}) {
-        double expected = kInf;
-        for (double threshold : thresholds) {
-          const double f = min_sum_within(table, threshold);
-          if (f < kInf) expected = std::min(expected, weight * f + (p - 1) * threshold);
-        }
+        const double expected = every_threshold_optimum(swept, p, weight);
         const Partition got = solve_partition(table, {.num_stages = p, .sum_weight = weight});
         ASSERT_TRUE(got.found) << "seed " << seed << " p " << p;
         ASSERT_NEAR(got.objective_ms, expected, 1e-9 * expected)
@@ -247,26 +267,11 @@ TEST(DpPartitionerTest, ALowerBoundOfTheSumSkipsThresholdsAndKeepsTheOptimum) {
     Rng rng(seed);
     const int n = static_cast<int>(rng.uniform_int(12, 80));
     const int max_window = static_cast<int>(rng.uniform_int(4, 30));
-    std::vector<double> item_tokens(static_cast<std::size_t>(n));
-    for (double& t : item_tokens) t = static_cast<double>(rng.uniform_int(16, 512));
-    SegmentTable table(n);
-    std::vector<double> thresholds;
-    for (int i = 0; i < n; ++i) {
-      double tokens = 0;
-      for (int c = 1; c <= max_window && i + c <= n; ++c) {
-        tokens += item_tokens[static_cast<std::size_t>(i + c - 1)];
-        const double time = 0.8 + 0.002 * tokens;
-        table.push(i, time);
-        thresholds.push_back(time);
-      }
-    }
+    const SweptTable swept = swept_table(rng, n, max_window, true, 0.0);
+    const SegmentTable& table = swept.table;
     for (int p : {2, 4, 8}) {
       for (double weight : {1.0, 0.5}) {
-        double expected = kInf;
-        for (double threshold : thresholds) {
-          const double f = min_sum_within(table, threshold);
-          if (f < kInf) expected = std::min(expected, weight * f + (p - 1) * threshold);
-        }
+        const double expected = every_threshold_optimum(swept, p, weight);
         const PartitionOptions plain{.num_stages = p, .sum_weight = weight, .items_bound_segments = true};
         const Partition without = solve_partition(table, plain);
         for (const double shave : {1.0, 0.98, 0.0}) {
