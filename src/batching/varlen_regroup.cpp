@@ -1,6 +1,8 @@
 #include "dynapipe/batching/varlen_regroup.h"
 
-#include <unordered_map>
+#include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "costing.h"
 #include "dynapipe/core/error.h"
@@ -14,16 +16,19 @@ std::vector<MicroBatch> as_varlen_microbatches(const GlobalBatch& batch,
                                                const BatchingOptions& options,
                                                const CostModel& cost_model) {
   const detail::LoneSample lone = detail::lone_sample_form(cost_model);
-  std::unordered_map<SampleId, std::size_t> index;
-  for (std::size_t k = 0; k < batch.samples.size(); ++k) index.emplace(batch.samples[k].id, k);
+  // (id, position) by id: one allocation, where a hash map made one per sample.
+  std::vector<std::pair<SampleId, std::size_t>> index;
+  index.reserve(batch.samples.size());
+  for (std::size_t k = 0; k < batch.samples.size(); ++k) index.emplace_back(batch.samples[k].id, k);
+  std::sort(index.begin(), index.end());
   std::vector<MicroBatch> varlen;
   varlen.reserve(microbatches.size());
   std::vector<std::size_t> members;
   for (const MicroBatch& mb : microbatches) {
     members.clear();
     for (SampleId id : mb.sample_ids) {
-      const auto it = index.find(id);
-      DYNAPIPE_CHECK(it != index.end(),
+      const auto it = std::lower_bound(index.begin(), index.end(), std::pair<SampleId, std::size_t>{id, 0});
+      DYNAPIPE_CHECK(it != index.end() && it->first == id,
                      cat("as_varlen_microbatches: sample ", id, " not in the batch"));
       members.push_back(it->second);
     }

@@ -70,8 +70,10 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
   choice.schedule = schedule;
   for (std::size_t r = 0; r < replicas.size(); ++r) {
     ReplicaChoice replica;
-    replica.microbatches = replicas[r];
-    if (replica.microbatches.empty()) {
+    // Copied into the choice only if the search finds one (many searches cannot beat
+    // their bar, and a copy is two allocations per micro-batch).
+    const std::vector<MicroBatch>& microbatches = replicas[r];
+    if (microbatches.empty()) {
       throw Error(ErrorKind::Infeasible,
                   cat("iteration ", batch.index, ": ", batch.samples.size(),
                       " samples cannot feed --dp ", m.config.dp,
@@ -106,7 +108,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
     auto all_candidates = [&] {
       std::vector<SearchCandidate> candidates =
           make_search_candidates(schedule, *m.cost, m.interleaved_cost.get(),
-                                 replica.microbatches, m.config.pp, m.memory_limit_bytes,
+                                 microbatches, m.config.pp, m.memory_limit_bytes,
                                  m.config.mixed_recompute);
       if (m.batching.recompute) {
         // One mode for the whole run (--recompute): the search keeps the batching's.
@@ -125,7 +127,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
         quick_options.permute = how.permute;
         quick_options.record_winner = how.record;
         replica.candidates =
-            with_vertical_sync(m.own_mode_candidates(schedule, replica.microbatches, how.recompute));
+            with_vertical_sync(m.own_mode_candidates(schedule, microbatches, how.recompute));
         try {
           replica.best = search_schedule(replica.candidates, quick_options);
         } catch (const Error& e) {
@@ -141,6 +143,7 @@ Choice Planner::Impl::search_replicas(const GlobalBatch& batch,
       throw Error(e.kind(), cat("iteration ", batch.index, " replica ", r, ": ", e.what()));
     }
     if (!replica.best.found) return nothing_found(schedule);  // it cannot beat beat_ms
+    replica.microbatches = microbatches;
     m.last_winner.store(static_cast<int>(replica.best.schedule), std::memory_order_relaxed);
     choice.est_ms = std::max(choice.est_ms, replica.best.sim.makespan_ms);
     choice.replicas.push_back(std::move(replica));
