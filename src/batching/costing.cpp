@@ -233,6 +233,18 @@ AttentionDensity varlen_density(double enc_squares, double dec_squares, std::int
   return out;
 }
 
+SamplePositions::SamplePositions(std::span<const Sample> samples) {
+  by_id_.reserve(samples.size());
+  for (std::size_t k = 0; k < samples.size(); ++k) by_id_.emplace_back(samples[k].id, k);
+  std::sort(by_id_.begin(), by_id_.end());
+}
+
+std::size_t SamplePositions::of(SampleId id, std::string_view caller) const {
+  const auto it = std::lower_bound(by_id_.begin(), by_id_.end(), std::pair<SampleId, std::size_t>{id, 0});
+  DYNAPIPE_CHECK(it != by_id_.end() && it->first == id, cat(caller, ": sample ", id, " not in the batch"));
+  return it->second;
+}
+
 LoneSample lone_sample_form(const CostModel& cost_model) {
   return cost_model.lone_samples_dense() ? LoneSample::Dense : LoneSample::Varlen;
 }

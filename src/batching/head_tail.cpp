@@ -1,7 +1,6 @@
 #include "dynapipe/batching/head_tail.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "costing.h"
 #include "dynapipe/core/error.h"
@@ -28,14 +27,9 @@ std::vector<MicroBatch> split_head_and_tail(const GlobalBatch& batch,
   auto split = std::find_if(sorted.rbegin(), sorted.rend(),
                             [](const MicroBatch& mb) { return mb.sample_ids.size() >= 2; });
   if (split != sorted.rend()) {
-    std::unordered_map<SampleId, std::size_t> index;
-    for (std::size_t k = 0; k < batch.samples.size(); ++k) index.emplace(batch.samples[k].id, k);
+    const detail::SamplePositions positions(batch.samples);
     std::vector<std::size_t> members;
-    for (SampleId id : split->sample_ids) {
-      const auto it = index.find(id);
-      DYNAPIPE_CHECK(it != index.end(), cat("split_head_and_tail: sample ", id, " not in the batch"));
-      members.push_back(it->second);
-    }
+    for (SampleId id : split->sample_ids) members.push_back(positions.of(id, "split_head_and_tail"));
     const std::size_t half = members.size() / 2;
     const std::span<const std::size_t> all(members);
     const detail::LoneSample lone = detail::lone_sample_form(cost_model);

@@ -400,6 +400,25 @@ TEST(VarlenRegroupTest, TokenBasedCutRunsAsOneUnpaddedRowPerMicroBatch) {
   EXPECT_NEAR(ours[1].density.enc, (90.0 * 90 + 50.0 * 50) / (144.0 * 144), 1e-12);
 }
 
+// The regrouping finds each sample by id, wherever the batch holds it; an id the batch
+// does not hold is an internal error naming it.
+TEST(VarlenRegroupTest, SamplesAreFoundByIdAndAMissingOneIsNamed) {
+  const FakeCostModel model({.num_stages = 1});
+  GlobalBatch batch = gpt_batch({40, 100, 30});
+  batch.samples[0].id = 70;  // ids out of order: 70, 1, 5
+  batch.samples[2].id = 5;
+  const BatchingOptions options{.strategy = Strategy::TokenBased, .max_seqlen = 128};
+  MicroBatch mb;
+  mb.sample_ids = {5, 70};
+  const std::vector<MicroBatch> ours = as_varlen_microbatches(batch, {mb}, options, model);
+  // 30 + 40 tokens in one row, rounded up to 72.
+  EXPECT_EQ(ours[0].sample_ids, (std::vector<SampleId>{5, 70}));
+  EXPECT_EQ(ours[0].shape, (MicroBatchShape{1, 72, 0}));
+  mb.sample_ids = {1, 77};
+  expect_error([&] { as_varlen_microbatches(batch, {mb}, options, model); }, ErrorKind::Internal,
+               "as_varlen_microbatches: sample 77 not in the batch");
+}
+
 // Where the cost model makes lone samples dense (CostModel::lone_samples_dense()), the
 // regrouped form keeps a one-sample micro-batch as one dense row: no rows, density 1.
 TEST(VarlenRegroupTest, LoneSampleStaysDenseWhereTheModelSaysSo) {
