@@ -14,22 +14,35 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kMaxSkips = 16;
 
 // Per row, its window: where a descending chain's per-row counts start.
-std::vector<int> row_windows(const SegmentTable& table) {
-  std::vector<int> windows(static_cast<std::size_t>(table.size()));
-  for (int i = 0; i < table.size(); ++i) windows[static_cast<std::size_t>(i)] = table.window(i);
-  return windows;
-}
-
-// Per row, its time at `counts[i]` segments (-inf at none): the scans that test one time
-// per row read these from one array, where the rows' own lie a cache line or more apart
-// (GPT-6.7B pp 4 short256: those reads were ~a quarter of the plan's L1 misses).
-std::vector<double> last_times(const SegmentTable& table, const std::vector<int>& counts) {
-  std::vector<double> last(counts.size());
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    last[i] = counts[i] > 0 ? table.row(static_cast<int>(i))[static_cast<std::size_t>(counts[i]) - 1] : -kInf;
+// Per row of a table, a count of its leading segments that only falls (from the row's
+// window), and the time of the last segment counted (-inf at none). The scans that test
+// that time for every row read it from one array, where the rows' own lie a cache line or
+// more apart (GPT-6.7B pp 4 short256: those reads were ~a quarter of the plan's L1 misses).
+class RowCursors {
+ public:
+  RowCursors() = default;
+  explicit RowCursors(const SegmentTable& table)
+      : count_(static_cast<std::size_t>(table.size())), last_(count_.size()) {
+    for (int i = 0; i < table.size(); ++i) {
+      count_[static_cast<std::size_t>(i)] = table.window(i);
+      const std::span<const double> row = table.row(i);
+      last_[static_cast<std::size_t>(i)] = row.empty() ? -kInf : row.back();
+    }
   }
-  return last;
-}
+  int count(int i) const { return count_[static_cast<std::size_t>(i)]; }
+  double last(int i) const { return last_[static_cast<std::size_t>(i)]; }
+  // Moves row i's count down past the trailing times `drop` accepts (`row`: its times).
+  template <typename Drop>
+  void step_down(int i, std::span<const double> row, Drop&& drop) {
+    int& c = count_[static_cast<std::size_t>(i)];
+    while (c > 0 && drop(row[static_cast<std::size_t>(c) - 1])) --c;
+    last_[static_cast<std::size_t>(i)] = c > 0 ? row[static_cast<std::size_t>(c) - 1] : -kInf;
+  }
+
+ private:
+  std::vector<int> count_;
+  std::vector<double> last_;
+};
 
 // f(j) = min Σ t over partitions of items [0, j) using only segments with t <= threshold,
 // filled forward ("push"): when row i is read, f(i) is final because every segment
@@ -61,7 +74,7 @@ class ThresholdDp {
       int first = n;
       for (int i = 0; i < n; ++i) {
         // (A row no partition reaches pushes nothing, whatever its segments.)
-        if (within_last_[static_cast<std::size_t>(i)] > threshold && f_[i] != kInf) {
+        if (within_.last(i) > threshold && f_[i] != kInf) {
           first = i;
           break;
         }
@@ -91,13 +104,10 @@ class ThresholdDp {
         // finds the cuts), so the update is a plain min the compiler can vectorise.
         std::size_t len;
         if (descending_) {  // from the last run's count: the threshold only fell since
-          int& within = within_[static_cast<std::size_t>(i)];
-          if (within_last_[static_cast<std::size_t>(i)] > threshold) {
-            while (within > 0 && row[static_cast<std::size_t>(within) - 1] > threshold) --within;
-            within_last_[static_cast<std::size_t>(i)] =
-                within > 0 ? row[static_cast<std::size_t>(within) - 1] : -kInf;
+          if (within_.last(i) > threshold) {
+            within_.step_down(i, row, [threshold](double t) { return t > threshold; });
           }
-          len = static_cast<std::size_t>(within);
+          len = static_cast<std::size_t>(within_.count(i));
         } else {
           len = row.empty() || row.back() <= threshold
                     ? row.size()
@@ -125,8 +135,7 @@ class ThresholdDp {
     // its counts are the rows' windows); else its first run is whole.
     chain_run_ = threshold_ == kInf;
     threshold_ = kInf;
-    within_ = row_windows(table_);
-    within_last_ = last_times(table_, within_);
+    within_ = RowCursors(table_);
   }
 
   // The partition of the last run(). REQUIRES: it returned a finite value. Back from the
@@ -173,8 +182,7 @@ class ThresholdDp {
   double threshold_ = kInf;  // of the last run()
   bool descending_ = false;       // start_descending() was called
   bool chain_run_ = false;        // the last run() was one of the descending chain's
-  std::vector<int> within_;       // descending: per row, its segments within the last threshold
-  std::vector<double> within_last_;  // and the last of those times (last_times())
+  RowCursors within_;             // descending: per row, its segments within the last threshold
   std::vector<int> reach_;        // per row, in the last run(): i + its segments within it
   std::vector<int> reach_max_;    // reconstruct()'s scratch
 };
@@ -319,10 +327,7 @@ class ThresholdSearch {
       }
     }
     // (Below t_small no threshold is left.)
-    if (rows_monotone_) {
-      cursor_ = row_windows(table_);
-      cursor_last_ = last_times(table_, cursor_);
-    }
+    if (rows_monotone_) cursor_ = RowCursors(table_);
     dp_.start_descending();
     int skipped = 0;  // thresholds the bound ruled out since the last pass
     while (range.f_lo != range.f_hi) {  // f constant on the range: lo was the best
@@ -398,16 +403,13 @@ class ThresholdSearch {
       }
       return largest;
     }
-    // Per row, the times from cursor_[i] on failed an earlier call's test, so they fail
+    // Per row, the times from cursor_.count(i) on failed an earlier call's test, so they fail
     // this one's: the cursor only moves down. A row whose time below it is no larger than
     // the largest found adds nothing and keeps its cursor (it moves on a later call).
     for (int i = 0; i < table_.size(); ++i) {
-      double& last = cursor_last_[static_cast<std::size_t>(i)];  // -inf at c == 0
-      if (!(last > largest)) continue;
-      const double* row = table_.row(i).data();
-      int& c = cursor_[static_cast<std::size_t>(i)];
-      while (c > 0 && !could_improve(row[c - 1])) --c;
-      last = c > 0 ? row[c - 1] : -kInf;
+      if (!(cursor_.last(i) > largest)) continue;
+      cursor_.step_down(i, table_.row(i), [&](double t) { return !could_improve(t); });
+      const double last = cursor_.last(i);
       if (last >= floor) largest = std::max(largest, last);
     }
     return largest;
@@ -455,8 +457,7 @@ class ThresholdSearch {
   const std::function<double(double, double)>& sum_bound_;  // options.sum_lower_bound_ms
   Partition best_;
   int passes_ = 0;
-  std::vector<int> cursor_;  // largest_threshold()'s per-row scan positions
-  std::vector<double> cursor_last_;  // and the times before them (last_times())
+  RowCursors cursor_;  // largest_threshold()'s per-row scan positions
 };
 
 }  // namespace
