@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include "dynapipe/core/error.h"
 #include "dynapipe/core/units.h"
@@ -74,6 +75,33 @@ void ShapeCosts::evaluate_stages_many(std::span<const MicroBatchShape> shapes,
     const MicroBatchShape& shape = shapes[at % shapes.size()];
     DYNAPIPE_CHECK(!std::isnan(times[at]), cat("cost model returned NaN time for shape ", shape.batch,
                                                "x", shape.seqlen, "+", shape.dec_seqlen));
+  }
+}
+
+void ShapeCosts::most_in_flight(std::span<const std::int64_t> bytes,
+                                std::span<std::uint32_t> most) const {
+  constexpr std::uint32_t kMany = std::numeric_limits<std::uint32_t>::max();
+  const std::size_t p = static_cast<std::size_t>(num_stages_);
+  DYNAPIPE_CHECK(bytes.size() == 2 * most.size() && most.size() % p == 0,
+                 "most_in_flight: 2p bytes for every p counts");
+  if (memory_limit_bytes_ == 0) {
+    std::ranges::fill(most, kMany);
+    return;
+  }
+  const std::int64_t* b = bytes.data();
+  std::uint32_t* m = most.data();
+  for (std::size_t shape = 0; shape < most.size() / p; ++shape, b += 2 * p, m += p) {
+    for (std::size_t s = 0; s < p; ++s) {
+      const std::int64_t held = b[s];
+      const std::int64_t room = memory_limit_bytes_ - static_bytes_[s] - b[p + s];  // for k·held
+      if (room < held) {
+        m[s] = 0;  // not even one (held < 0 included: k = 1 is then the heaviest)
+      } else if (held <= 0) {
+        m[s] = kMany;  // held <= 0 and one fits: so does every k
+      } else {
+        m[s] = static_cast<std::uint32_t>(std::min<std::int64_t>(room / held, kMany));
+      }
+    }
   }
 }
 

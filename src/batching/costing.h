@@ -83,15 +83,22 @@ class ShapeCosts {
                             std::span<std::int64_t> bytes) const;
   // How many shapes evaluate_stages_many() costs for about the price of one.
   int costing_lanes() const { return cost_model_.costing_lanes(); }
-  // Whether per-stage bytes from evaluate_stages() fit under `rule`.
+  // Per stage, the most micro-batches in flight that fit with the held and peak bytes
+  // `bytes` gives (evaluate_stages()'s; several shapes' one after another, p counts each
+  // into `most`): the largest k with static + k·held + peak within
+  // the memory limit, 0 for not even one, saturated at UINT32_MAX (more than any k a rule
+  // asks; every k fits without a limit). Every memory rule's check of a segment is then
+  // one comparison per stage (fits_in_flight()), so the varlen rows keep these p numbers
+  // per segment instead of 2p byte counts (VarlenRows::Row).
+  void most_in_flight(std::span<const std::int64_t> bytes, std::span<std::uint32_t> most) const;
+  // Whether a shape whose most_in_flight() is `most` fits under `rule`.
   // Inline: the varlen scans call it once per new segment and rule.
   // REQUIRES: not PipelinedLoneAlone (rule_for()).
-  bool fits(std::span<const std::int64_t> bytes, MemoryRule rule) const {
-    if (memory_limit_bytes_ == 0) return true;
+  bool fits_in_flight(std::span<const std::uint32_t> most, MemoryRule rule) const {
     const std::size_t p = static_cast<std::size_t>(num_stages_);
     for (std::size_t s = 0; s < p; ++s) {
       const std::int64_t k = rule == MemoryRule::Pipelined ? in_flight_[s] : 1;
-      if (static_bytes_[s] + k * bytes[s] + bytes[p + s] > memory_limit_bytes_) return false;
+      if (k > most[s]) return false;
     }
     return true;
   }
@@ -99,6 +106,7 @@ class ShapeCosts {
   // marker for PipelinedLoneAlone).
   std::vector<std::int64_t> rule_key(MemoryRule rule) const;
   int num_stages() const { return num_stages_; }
+  std::int64_t memory_limit_bytes() const { return memory_limit_bytes_; }  // 0 = unlimited
   const CostModel& cost_model() const { return cost_model_; }
   // The cost model's affine lower bound of stage times under this mode, if it has one.
   const std::optional<AffineTimeBound>& affine_bound() const { return affine_bound_; }

@@ -217,7 +217,7 @@ class PaddedScanner : public ScannerBase<PaddedScanner> {
 // Varlen segments (dynapipe): [i, j) is one row of Σ L tokens with block-diagonal
 // attention (make_varlen_microbatch). Its cost depends on the prefix sums of tokens and
 // squared lengths, so the shape cache does not apply; instead each row's segment costs
-// (time and per-stage bytes, rule-free) are kept in VarlenRows as far as some scan needed
+// (time and per-stage most in flight, rule-free) are kept in VarlenRows as far as some scan needed
 // them, shared by the search's repeated scans with falling caps and, through a
 // BatchingCache, by later DPs under other memory rules and bubble weights.
 // Time and memory are assumed non-decreasing as a segment grows (more tokens and more
@@ -232,7 +232,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
                 ModelKind kind, std::int64_t seqlen_multiple, ShapeCosts& costs, MemoryRule rule,
                 VarlenRows& rows, VarlenRows* partner, std::int64_t enc_cap, std::int64_t dec_cap)
       : costs_(costs), rule_(rule), kind_(kind), multiple_(seqlen_multiple),
-        stride_(2 * static_cast<std::size_t>(costs.num_stages())), rows_(rows), partner_(partner),
+        stride_(static_cast<std::size_t>(costs.num_stages())), rows_(rows), partner_(partner),
         enc_cap_(enc_cap), dec_cap_(dec_cap) {
     modes_ = {rows_.recompute, partner_ != nullptr ? partner_->recompute : rows_.recompute};
     lengths_.reserve(seq.size());
@@ -279,9 +279,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
         }
         VarlenRows::Row& row = rows_.rows[static_cast<std::size_t>(begin)];
         while (row.time_ms.size() < count) extend(begin, &row);
-        const auto bytes =
-            std::span<const std::int64_t>(row.bytes).subspan((count - 1) * stride_, stride_);
-        qualifies = costs_.fits(bytes, rule_for(rule_, count));
+        qualifies = segment_memory_fits(row, count - 1);
         sum += row.time_ms[count - 1];
         max = std::max(max, row.time_ms[count - 1]);
       }
@@ -312,7 +310,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     }
     const MicroBatchShape shape{
         .batch = 1, .seqlen = round_up(enc, multiple_), .dec_seqlen = round_up(dec, multiple_)};
-    std::vector<std::int64_t> bytes(stride_);
+    std::vector<std::int64_t> bytes(2 * stride_);
     return costs_.evaluate_stages(shape, varlen_density(enc_squares, dec_squares, 1, shape, kind_),
                                   bytes);
   }
@@ -413,7 +411,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
       }
       if (c >= fit.known) {
         if (fit.closed) break;
-        if (!segment_bytes_fit(row, c)) {
+        if (!segment_memory_fits(row, c)) {
           fit.closed = true;
           break;
         }
@@ -429,9 +427,9 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   }
 
   // Whether segment c of `row` (costed) fits this scanner's rule.
-  bool segment_bytes_fit(const VarlenRows::Row& row, std::size_t c) const {
-    const auto bytes = std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_);
-    return costs_.fits(bytes, rule_for(rule_, c + 1));
+  bool segment_memory_fits(const VarlenRows::Row& row, std::size_t c) const {
+    const auto most = std::span<const std::uint32_t>(row.most_in_flight).subspan(c * stride_, stride_);
+    return costs_.fits_in_flight(most, rule_for(rule_, c + 1));
   }
 
   // Moves a row's fit frontier under this rule over its costed segments up to `upto` by
@@ -446,14 +444,14 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   void advance_fit(const VarlenRows::Row& row, VarlenRows::Fit& fit, std::size_t upto) const {
     if (fit.closed || upto <= fit.known) return;
     std::size_t lo = fit.known, hi = upto;  // [known, lo) fit, [hi, upto) do not
-    if (segment_bytes_fit(row, hi - 1)) {
+    if (segment_memory_fits(row, hi - 1)) {
       lo = hi;
     } else {
       --hi;
     }
     while (lo < hi) {
       const std::size_t mid = lo + (hi - lo) / 2;
-      if (segment_bytes_fit(row, mid)) {
+      if (segment_memory_fits(row, mid)) {
         lo = mid + 1;
       } else {
         hi = mid;
@@ -476,8 +474,7 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     if (fit.closed) return false;  // segment `known` <= c does not fit
     VarlenRows::Row& row = rows_.rows[row_index];
     while (row.time_ms.size() <= c) extend(i, &row);
-    const auto bytes = std::span<const std::int64_t>(row.bytes).subspan(c * stride_, stride_);
-    if (costs_.fits(bytes, rule_for(rule_, c + 1))) {
+    if (segment_memory_fits(row, c)) {
       fit.known = c + 1;
       return true;
     }
@@ -521,21 +518,23 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
     }
     const std::size_t modes = joint ? 2 : 1;
     times_.resize(ahead * modes);
-    many_bytes_.resize(ahead * modes * stride_);
+    many_bytes_.resize(ahead * modes * 2 * stride_);
+    many_most_.resize(ahead * modes * stride_);
     costs_.evaluate_stages_many(shapes_, densities_, std::span<const Recompute>(modes_).first(modes),
                                 times_, many_bytes_);
+    costs_.most_in_flight(many_bytes_, many_most_);
     // By mode: this row's, then the partner's.
     const std::span<const double> times(times_);
-    const std::span<const std::int64_t> bytes(many_bytes_);
-    row->append(times.first(ahead), bytes.first(ahead * stride_));
-    if (joint) partner->append(times.subspan(ahead), bytes.subspan(ahead * stride_));
+    const std::span<const std::uint32_t> most(many_most_);
+    row->append(times.first(ahead), most.first(ahead * stride_));
+    if (joint) partner->append(times.subspan(ahead), most.subspan(ahead * stride_));
   }
 
   ShapeCosts& costs_;
   MemoryRule rule_;
   ModelKind kind_;
   std::int64_t multiple_;
-  std::size_t stride_;                 // bytes per segment: held and peak per stage
+  std::size_t stride_;                 // stages: most-in-flight counts per segment
   VarlenRows& rows_;
   VarlenRows* partner_;                // costed along (constructor), or nullptr
   std::array<Recompute, 2> modes_{};   // this scanner's mode, the partner's
@@ -543,7 +542,8 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
   std::vector<MicroBatchShape> shapes_;       // extend()'s segments
   std::vector<AttentionDensity> densities_;
   std::vector<double> times_;                 // their times, per segment and mode
-  std::vector<std::int64_t> many_bytes_;      // their bytes, per segment and mode
+  std::vector<std::int64_t> many_bytes_;      // their held and peak bytes, per segment and mode
+  std::vector<std::uint32_t> many_most_;      // their most in flight (the same order)
   std::vector<ModelLengths> lengths_;  // model lengths in sequence order
   TokenTotals tokens_;                 // over the sequence
   const AffineTimeBound* affine_ = nullptr;  // costs_'s, where it applies (constructor)
@@ -607,7 +607,7 @@ Scanner make_scanner(const StrategyInput& input, std::span<const std::size_t> se
   const BatchingOptions& o = input.options;
   if constexpr (std::is_same_v<Scanner, VarlenScanner>) {
     const bool capped = o.varlen_row_capacity;
-    VarlenRows& rows = input.memos->rows_for(seq, costs.recompute());
+    VarlenRows& rows = input.memos->rows_for(seq, costs.recompute(), costs.memory_limit_bytes());
     // None and selective cost the same segments (their memory frontiers are close, and
     // selective is almost always searched after none); full, usually pruned by the
     // recompute bound, costs its own. A fixed mode costs only itself.

@@ -1,8 +1,8 @@
 // Private to batching/: costs of varlen segments, kept across DP runs. A segment's time
-// and per-stage held and peak bytes depend on its samples and the recompute mode only,
-// not on the memory rule or the bubble weight, so the planner's several DPs over one
-// batch (memory rules of different schedules, a line search on the bubble weight) share
-// them (BatchingCache).
+// and per-stage memory (the most micro-batches in flight each stage holds of it) depend on
+// its samples, the recompute mode and the memory limit only, not on the memory rule or the
+// bubble weight, so the planner's several DPs over one batch (memory rules of different
+// schedules, a line search on the bubble weight) share them (BatchingCache).
 #pragma once
 
 #include <algorithm>
@@ -74,9 +74,12 @@ class ArenaArray {
 // [i, i + 1), [i, i + 2), ... as far as some scan needed them.
 struct VarlenRows {
   struct Row {
-    explicit Row(std::pmr::monotonic_buffer_resource* arena) : time_ms(arena), bytes(arena) {}
-    ArenaArray<double> time_ms;      // per segment: max over stages of fwd + bwd
-    ArenaArray<std::int64_t> bytes;  // per segment: held[0..p), then peak[0..p)
+    explicit Row(std::pmr::monotonic_buffer_resource* arena) : time_ms(arena), most_in_flight(arena) {}
+    ArenaArray<double> time_ms;  // per segment: max over stages of fwd + bwd
+    // Per segment, per stage: ShapeCosts::most_in_flight(), what every memory rule checks.
+    // A quarter of the held and peak bytes it is made from: the rows are the plan's
+    // largest writes (GPT-6.7B pp 4 short256: ~56,000 segment-modes per plan).
+    ArenaArray<std::uint32_t> most_in_flight;
     std::int64_t enc = 0, dec = 0;   // running sums of the last segment costed
     double enc_squares = 0, dec_squares = 0;
     // time_ms is non-decreasing so far: a scan's stop by time is a binary search.
@@ -87,7 +90,7 @@ struct VarlenRows {
       if (time_ms.empty()) {  // rows grow one segment at a time: skip the small regrowths
         constexpr std::size_t kFirstSegments = 32;
         time_ms.reserve(kFirstSegments);
-        bytes.reserve(kFirstSegments * stride);
+        most_in_flight.reserve(kFirstSegments * stride);
       }
       enc += enc_len;
       dec += dec_len;
@@ -95,19 +98,21 @@ struct VarlenRows {
       dec_squares += static_cast<double>(dec_len) * static_cast<double>(dec_len);
     }
     // Appends the costs of the next segments (the sums, grown that far, describe the
-    // last): their times and, for each, its `bytes.size() / times.size()` bytes.
-    void append(std::span<const double> times, std::span<const std::int64_t> segment_bytes) {
+    // last): their times and, for each, its `most.size() / times.size()` stages' most in
+    // flight.
+    void append(std::span<const double> times, std::span<const std::uint32_t> most) {
       double last = time_ms.empty() ? -std::numeric_limits<double>::infinity() : time_ms.back();
       for (const double t : times) {
         if (!(last <= t)) sorted = false;
         last = t;
       }
       time_ms.append(times);
-      bytes.append(segment_bytes);
+      most_in_flight.append(most);
     }
   };
   std::vector<std::size_t> sequence;    // the samples, in order (identifies the rows)
   Recompute recompute = Recompute::None;
+  std::int64_t memory_limit_bytes = 0;  // what most_in_flight counts against
   // The rows of the same sequence under each mode (this one included), indexed by
   // Recompute: a scan costs a segment for none and selective together (VarlenScanner).
   std::array<VarlenRows*, 3> by_mode{};
@@ -192,10 +197,11 @@ struct VarlenMemoStore {
   };
   SampleLimits samples_checked;
 
-  VarlenRows& rows_for(std::span<const std::size_t> sequence, Recompute recompute) {
+  VarlenRows& rows_for(std::span<const std::size_t> sequence, Recompute recompute,
+                       std::int64_t memory_limit_bytes) {
     for (const auto& e : entries) {
-      if (e->recompute == recompute && std::equal(e->sequence.begin(), e->sequence.end(),
-                                                  sequence.begin(), sequence.end())) {
+      if (e->recompute == recompute && e->memory_limit_bytes == memory_limit_bytes &&
+          std::equal(e->sequence.begin(), e->sequence.end(), sequence.begin(), sequence.end())) {
         return *e;
       }
     }
@@ -209,6 +215,7 @@ struct VarlenMemoStore {
       auto e = std::make_unique<VarlenRows>();
       e->sequence.assign(sequence.begin(), sequence.end());
       e->recompute = static_cast<Recompute>(m);
+      e->memory_limit_bytes = memory_limit_bytes;
       e->arena = arena;
       e->rows.reserve(sequence.size());
       for (std::size_t i = 0; i < sequence.size(); ++i) e->rows.emplace_back(arena.get());
@@ -259,7 +266,9 @@ struct VarlenMemoStore {
       cost_model = other.cost_model;
     }
     auto has = [&](const VarlenRows& rows) {
-      return std::ranges::any_of(entries, [&](const auto& e) { return e->sequence == rows.sequence; });
+      return std::ranges::any_of(entries, [&](const auto& e) {
+        return e->memory_limit_bytes == rows.memory_limit_bytes && e->sequence == rows.sequence;
+      });
     };
     std::vector<std::unique_ptr<VarlenRows>> taken;  // added after: has() must not see a
     for (auto& e : other.entries) {                  // sequence's first mode and drop the rest

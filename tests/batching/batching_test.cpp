@@ -437,6 +437,31 @@ TEST(VarlenRegroupTest, LoneSampleStaysDenseWhereTheModelSaysSo) {
 }
 
 // The DP prices a lone sample in the form its micro-batch takes. One stage, 1 byte per
+// The memory rule to the byte with many micro-batches in flight (the varlen rows keep, per
+// segment and stage, the most in flight that fit: ShapeCosts::most_in_flight()). One stage
+// holding k = 1000, 3 B/token held, 5 B/token peak, 7 B static: two 64-token samples in one
+// row need 7 + 1000·384 + 640 = 384,647 bytes. At that limit they share a micro-batch; one
+// byte below they stand alone (192,327 bytes each); at 192,326 not even alone under k =
+// 1000, so one in flight.
+TEST(DynaPipeVarlenTest, TheMemoryRuleHoldsToTheByteWithManyInFlight) {
+  const FakeCostModel model(
+      {.num_stages = 1, .bytes_per_token = 3, .peak_bytes_per_token = 5, .static_bytes = 7});
+  const GlobalBatch batch = gpt_batch({64, 64});
+  BatchingOptions options{.num_stages = 1, .memory_limit_bytes = 384'647, .max_seqlen = 1024,
+                          .recompute = Recompute::None, .in_flight = {1000}};
+  const BatchingResult shared = make_microbatches(batch, model, options);
+  EXPECT_FALSE(shared.one_in_flight);
+  EXPECT_EQ(ids_of(shared.replicas[0]), (std::vector<std::vector<SampleId>>{{0, 1}}));
+  options.memory_limit_bytes = 384'646;
+  const BatchingResult alone = make_microbatches(batch, model, options);
+  EXPECT_FALSE(alone.one_in_flight);
+  EXPECT_EQ(alone.replicas[0].size(), 2u);
+  options.memory_limit_bytes = 192'326;
+  const BatchingResult one = make_microbatches(batch, model, options);
+  EXPECT_TRUE(one.one_in_flight);
+  EXPECT_EQ(ids_of(one.replicas[0]), (std::vector<std::vector<SampleId>>{{0, 1}}));
+}
+
 // token against 1,050 bytes: 1001 (1008 rounded) fits only alone. fwd + bwd = 3·(0.5 +
 // 0.001·tokens, +1 for a varlen row): 1001 alone 4.524 ms dense, 7.524 as a varlen row
 // (density 1001²/1008²); 97 + 97 in one varlen row (200 tokens) 5.1, each alone 1.812
