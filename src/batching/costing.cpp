@@ -22,6 +22,7 @@ ShapeCosts::ShapeCosts(const CostModel& cost_model, Recompute recompute, int num
   for (int s = 0; s < num_stages; ++s) {
     static_bytes_.push_back(cost_model.static_bytes(s));
     in_flight_.push_back(in_flight.empty() ? num_stages - s : in_flight[static_cast<std::size_t>(s)]);
+    room_base_.push_back(memory_limit_bytes - static_bytes_.back());
   }
 }
 
@@ -78,31 +79,36 @@ void ShapeCosts::evaluate_stages_many(std::span<const MicroBatchShape> shapes,
   }
 }
 
+void most_in_flight_counts(std::span<const std::int64_t> bytes, std::span<const std::int64_t> room_base,
+                          std::span<std::uint32_t> most) {
+  const std::size_t p = room_base.size(), shapes = most.size() / p;
+  const std::int64_t* b = bytes.data();
+  std::uint32_t* m = most.data();
+  for (std::size_t shape = 0; shape < shapes; ++shape, b += 2 * p, m += p) {
+    for (std::size_t s = 0; s < p; ++s) {
+      const std::int64_t held = b[s];
+      const std::int64_t room = room_base[s] - b[p + s];  // for k·held
+      if (room < held) {
+        m[s] = 0;  // not even one (held < 0 included: k = 1 is then the heaviest)
+      } else if (held <= 0) {
+        m[s] = kManyInFlight;  // held <= 0 and one fits: so does every k
+      } else {
+        m[s] = static_cast<std::uint32_t>(std::min<std::int64_t>(room / held, kManyInFlight));
+      }
+    }
+  }
+}
+
 void ShapeCosts::most_in_flight(std::span<const std::int64_t> bytes,
                                 std::span<std::uint32_t> most) const {
-  constexpr std::uint32_t kMany = std::numeric_limits<std::uint32_t>::max();
   const std::size_t p = static_cast<std::size_t>(num_stages_);
   DYNAPIPE_CHECK(bytes.size() == 2 * most.size() && most.size() % p == 0,
                  "most_in_flight: 2p bytes for every p counts");
   if (memory_limit_bytes_ == 0) {
-    std::ranges::fill(most, kMany);
+    std::ranges::fill(most, kManyInFlight);
     return;
   }
-  const std::int64_t* b = bytes.data();
-  std::uint32_t* m = most.data();
-  for (std::size_t shape = 0; shape < most.size() / p; ++shape, b += 2 * p, m += p) {
-    for (std::size_t s = 0; s < p; ++s) {
-      const std::int64_t held = b[s];
-      const std::int64_t room = memory_limit_bytes_ - static_bytes_[s] - b[p + s];  // for k·held
-      if (room < held) {
-        m[s] = 0;  // not even one (held < 0 included: k = 1 is then the heaviest)
-      } else if (held <= 0) {
-        m[s] = kMany;  // held <= 0 and one fits: so does every k
-      } else {
-        m[s] = static_cast<std::uint32_t>(std::min<std::int64_t>(room / held, kMany));
-      }
-    }
-  }
+  most_in_flight_counts(bytes, room_base_, most);
 }
 
 std::vector<std::int64_t> ShapeCosts::rule_key(MemoryRule rule) const {

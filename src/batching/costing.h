@@ -124,12 +124,21 @@ class ShapeCosts {
   std::int64_t memory_limit_bytes_;  // 0 = unlimited
   std::vector<std::int64_t> static_bytes_;
   std::vector<std::int64_t> in_flight_;
+  std::vector<std::int64_t> room_base_;  // per stage: the limit less the static bytes
   std::optional<AffineTimeBound> affine_bound_;
   std::unordered_map<std::uint64_t, Row> rows_;
   mutable std::int64_t evaluations_ = 0;
   mutable std::vector<StageCost> stage_scratch_;  // one evaluation's per-stage costs
   mutable std::vector<std::int64_t> bytes_scratch_;  // evaluate()'s held and peak bytes per stage
 };
+
+// ShapeCosts::most_in_flight()'s counts, for most.size() / p shapes of p = room_base.size()
+// stages: bytes holds each shape's held[p] then peak[p], room_base[s] the memory limit less
+// stage s's static bytes; each count is the largest k with k·held <= room_base[s] − peak (0:
+// not even one; kManyInFlight: every k). Integer divisions.
+inline constexpr std::uint32_t kManyInFlight = std::numeric_limits<std::uint32_t>::max();
+void most_in_flight_counts(std::span<const std::int64_t> bytes, std::span<const std::int64_t> room_base,
+                          std::span<std::uint32_t> most);
 
 // Token lengths of one sample as the model sees them, before rounding:
 // GPT enc = input + target, dec = 0; T5 enc = input, dec = target + 1 (bos ++ target).
