@@ -79,8 +79,8 @@ void ShapeCosts::evaluate_stages_many(std::span<const MicroBatchShape> shapes,
   }
 }
 
-void most_in_flight_counts(std::span<const std::int64_t> bytes, std::span<const std::int64_t> room_base,
-                          std::span<std::uint32_t> most) {
+void most_in_flight_counts(std::span<const std::int64_t> bytes,
+                           std::span<const std::int64_t> room_base, std::span<std::uint32_t> most) {
   const std::size_t p = room_base.size(), shapes = most.size() / p;
   const std::int64_t* b = bytes.data();
   std::uint32_t* m = most.data();

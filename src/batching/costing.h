@@ -85,11 +85,11 @@ class ShapeCosts {
   int costing_lanes() const { return cost_model_.costing_lanes(); }
   // Per stage, the most micro-batches in flight that fit with the held and peak bytes
   // `bytes` gives (evaluate_stages()'s; several shapes' one after another, p counts each
-  // into `most`): the largest k with static + k·held + peak within
-  // the memory limit, 0 for not even one, saturated at UINT32_MAX (more than any k a rule
-  // asks; every k fits without a limit). Every memory rule's check of a segment is then
-  // one comparison per stage (fits_in_flight()), so the varlen rows keep these p numbers
-  // per segment instead of 2p byte counts (VarlenRows::Row).
+  // into `most`): the largest k with static + k·held + peak within the memory limit, 0 for
+  // not even one, kManyInFlight for every k (or no limit): more than any k a rule asks.
+  // Every memory rule's check of a segment is then one comparison per stage
+  // (fits_in_flight()), so the varlen rows keep these p numbers per segment instead of 2p
+  // byte counts (VarlenRows::Row). Complexity: one integer division per stage.
   void most_in_flight(std::span<const std::int64_t> bytes, std::span<std::uint32_t> most) const;
   // Whether a shape whose most_in_flight() is `most` fits under `rule`.
   // Inline: the varlen scans call it once per new segment and rule.
@@ -137,8 +137,8 @@ class ShapeCosts {
 // stage s's static bytes; each count is the largest k with k·held <= room_base[s] − peak (0:
 // not even one; kManyInFlight: every k). Integer divisions.
 inline constexpr std::uint32_t kManyInFlight = std::numeric_limits<std::uint32_t>::max();
-void most_in_flight_counts(std::span<const std::int64_t> bytes, std::span<const std::int64_t> room_base,
-                          std::span<std::uint32_t> most);
+void most_in_flight_counts(std::span<const std::int64_t> bytes,
+                           std::span<const std::int64_t> room_base, std::span<std::uint32_t> most);
 
 // Token lengths of one sample as the model sees them, before rounding:
 // GPT enc = input + target, dec = 0; T5 enc = input, dec = target + 1 (bos ++ target).

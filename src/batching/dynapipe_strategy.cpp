@@ -217,8 +217,8 @@ class PaddedScanner : public ScannerBase<PaddedScanner> {
 // Varlen segments (dynapipe): [i, j) is one row of Σ L tokens with block-diagonal
 // attention (make_varlen_microbatch). Its cost depends on the prefix sums of tokens and
 // squared lengths, so the shape cache does not apply; instead each row's segment costs
-// (time and per-stage most in flight, rule-free) are kept in VarlenRows as far as some scan needed
-// them, shared by the search's repeated scans with falling caps and, through a
+// (time and per-stage most in flight, rule-free) are kept in VarlenRows as far as some scan
+// needed them, shared by the search's repeated scans with falling caps and, through a
 // BatchingCache, by later DPs under other memory rules and bubble weights.
 // Time and memory are assumed non-decreasing as a segment grows (more tokens and more
 // Σ L²), so a row stops at the first segment that does not fit or exceeds the cap.
@@ -428,7 +428,8 @@ class VarlenScanner : public ScannerBase<VarlenScanner> {
 
   // Whether segment c of `row` (costed) fits this scanner's rule.
   bool segment_memory_fits(const VarlenRows::Row& row, std::size_t c) const {
-    const auto most = std::span<const std::uint32_t>(row.most_in_flight).subspan(c * stride_, stride_);
+    const auto most =
+        std::span<const std::uint32_t>(row.most_in_flight).subspan(c * stride_, stride_);
     return costs_.fits_in_flight(most, rule_for(rule_, c + 1));
   }
 

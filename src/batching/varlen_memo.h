@@ -74,7 +74,8 @@ class ArenaArray {
 // [i, i + 1), [i, i + 2), ... as far as some scan needed them.
 struct VarlenRows {
   struct Row {
-    explicit Row(std::pmr::monotonic_buffer_resource* arena) : time_ms(arena), most_in_flight(arena) {}
+    explicit Row(std::pmr::monotonic_buffer_resource* arena)
+        : time_ms(arena), most_in_flight(arena) {}
     ArenaArray<double> time_ms;  // per segment: max over stages of fwd + bwd
     // Per segment, per stage: ShapeCosts::most_in_flight(), what every memory rule checks.
     // A quarter of the held and peak bytes it is made from: the rows are the plan's

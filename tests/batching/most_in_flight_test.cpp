@@ -77,7 +77,8 @@ TEST(MostInFlightTest, EachCountIsTheLargestKThatFits) {
   most_in_flight_counts(bytes, room_base, most);
   for (std::size_t k = 0; k < shapes; ++k) {
     for (std::size_t s = 0; s < p; ++s) {
-      const std::int64_t held = bytes[2 * p * k + s], room = room_base[s] - bytes[2 * p * k + p + s];
+      const std::int64_t held = bytes[2 * p * k + s];
+      const std::int64_t room = room_base[s] - bytes[2 * p * k + p + s];
       ASSERT_EQ(most[p * k + s], largest_k(held, room)) << "held " << held << ", room " << room;
     }
   }
