@@ -436,7 +436,6 @@ TEST(VarlenRegroupTest, LoneSampleStaysDenseWhereTheModelSaysSo) {
   EXPECT_LT(ours[1].density.enc, 1.0);
 }
 
-// The DP prices a lone sample in the form its micro-batch takes. One stage, 1 byte per
 // The memory rule to the byte with many micro-batches in flight (the varlen rows keep, per
 // segment and stage, the most in flight that fit: ShapeCosts::most_in_flight()). One stage
 // holding k = 1000, 3 B/token held, 5 B/token peak, 7 B static: two 64-token samples in one
@@ -462,6 +461,7 @@ TEST(DynaPipeVarlenTest, TheMemoryRuleHoldsToTheByteWithManyInFlight) {
   EXPECT_EQ(ids_of(one.replicas[0]), (std::vector<std::vector<SampleId>>{{0, 1}}));
 }
 
+// The DP prices a lone sample in the form its micro-batch takes. One stage, 1 byte per
 // token against 1,050 bytes: 1001 (1008 rounded) fits only alone. fwd + bwd = 3·(0.5 +
 // 0.001·tokens, +1 for a varlen row): 1001 alone 4.524 ms dense, 7.524 as a varlen row
 // (density 1001²/1008²); 97 + 97 in one varlen row (200 tokens) 5.1, each alone 1.812
